@@ -1,0 +1,120 @@
+"""The key/value cache: the one file that touches transformers' cache internals.
+
+KVCache preallocates, per layer, room for the document plus a reserve for one question and its answer. Answering
+writes the question's and the answer's keys/values into the reserve, in place, and `rollback` then resets the
+length to the document's: forking costs nothing (no copy), decoding never reallocates (no per-token torch.cat),
+and the document's keys/values are never written after the prefill, so they stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
+
+
+class _BufferLayer(DynamicLayer):
+    """One layer's keys and values in preallocated buffers of shape (B, kv_heads, capacity, head_dim)."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.device = key_states.device
+        self.key_buffer = key_states.new_empty((b, h, self.capacity, d))
+        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.keys, self.values = self.key_buffer[:, :, :0], self.value_buffer[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
+        self.key_buffer[:, :, self.length: end].copy_(key_states)
+        self.value_buffer[:, :, self.length: end].copy_(value_states)
+        self._set_length(end)
+        return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._set_length(self.length - abs(tokens_to_remove))
+
+    def _set_length(self, length: int) -> None:
+        self.length = length
+        if self.is_initialized:
+            self.keys = self.key_buffer[:, :, :length]
+            self.values = self.value_buffer[:, :, :length]
+
+    def to(self, device: torch.device) -> None:
+        if self.is_initialized:
+            self.key_buffer = self.key_buffer.to(device)
+            self.value_buffer = self.value_buffer.to(device)
+            self.device = self.key_buffer.device
+            self._set_length(self.length)
+
+
+class KVCache(Cache):
+    """A cache for a document plus a reserve of tokens, with a free rollback to any earlier length."""
+
+    def __init__(self, num_layers: int, capacity: int):
+        super().__init__(layers=[_BufferLayer(capacity) for _ in range(num_layers)])
+        self.capacity = capacity
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def rollback(self, length: int) -> None:
+        """Forget every token after the first `length`, in place."""
+        assert 0 <= length <= self.length, f"cannot roll back to {length} from {self.length}"
+        for layer in self.layers:
+            layer._set_length(length)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers, reserve included."""
+        return sum(
+            layer.key_buffer.nbytes + layer.value_buffer.nbytes for layer in self.layers if layer.is_initialized
+        )
+
+    def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) over the current length, as views."""
+        return [(layer.keys, layer.values) for layer in self.layers]
+
+    def to(self, device: torch.device | str) -> "KVCache":
+        """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
+        for layer in self.layers:
+            layer.to(torch.device(device))
+        return self
+
+
+def new_cache(model_config, capacity: int) -> KVCache:
+    """An empty KVCache for a model, able to hold `capacity` tokens."""
+    text_config = model_config.get_text_config(decoder=True)
+    return KVCache(text_config.num_hidden_layers, capacity)
+
+
+def unsupported_reason(model_config) -> str | None:
+    """Why a model's cache cannot be rolled back exactly (sliding-window, chunked or linear layers), or None."""
+    text_config = model_config.get_text_config(decoder=True)
+    try:
+        layer_types, _ = get_layer_types_and_kwargs(text_config)
+    except Exception as e:  # an architecture this version cannot describe
+        return f"its cache layout is unknown to kvqa ({e})"
+    other = sorted(set(layer_types) - {"full_attention"})
+    if other:
+        return f"it has {', '.join(other)} layers, whose cache kvqa cannot roll back exactly"
+    return None
+
+
+def bytes_per_token(model_config, dtype: torch.dtype) -> int:
+    """2 (keys and values) x layers x kv_heads x head_dim x bytes per element."""
+    c = model_config.get_text_config(decoder=True)
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * dtype.itemsize

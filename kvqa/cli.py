@@ -1,0 +1,150 @@
+"""The command line: `python -m kvqa ask DOC -q QUESTION ...`. kvqa errors become one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+
+from .config import Config
+from .errors import KvqaError
+
+EXIT_USER_ERROR = 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return EXIT_USER_ERROR
+    _quiet_libraries()
+    try:
+        return args.run(args)
+    except KvqaError as e:
+        print(f"kvqa: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("kvqa: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # a bug: still one line, no traceback
+        print(f"kvqa: unexpected error ({type(e).__name__}: {e}); please report it", file=sys.stderr)
+        return 1
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """Config from defaults, then KVQA_* environment variables, then flags."""
+    settings = {}
+    env = {"model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE"}
+    for name, var in env.items():
+        if os.environ.get(var):
+            settings[name] = os.environ[var]
+    for name in ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature"):
+        value = getattr(args, name, None)
+        if value is not None:
+            settings[name] = value
+    if settings.get("chunk_size", 1) < 1 or settings.get("max_new_tokens", 1) < 1:
+        raise KvqaError("--chunk-size and --max-new-tokens must be at least 1.")
+    return replace(Config(), **settings)
+
+
+def _ask(args: argparse.Namespace) -> int:
+    from .answer import Answer, stream, stream_without_cache
+    from .documents import decode_text, document_from_text, load_document
+    from .model import load_model
+    from .prefill import prefill
+
+    config = config_from(args)
+    if args.doc == "-":
+        document = document_from_text(decode_text(sys.stdin.buffer.read(), name="standard input"), name="stdin")
+    else:
+        document = load_document(args.doc)
+    questions = args.question
+    for q in questions:
+        if not q.strip():
+            raise KvqaError("A question is empty: give each -q some text.")
+    say = (lambda *a, **k: None) if args.json else (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True))
+    say(f"loading {config.model} ...")
+    lm = load_model(config)
+    say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
+    result = {"model": lm.name, "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "answers": []}
+    if args.no_cache:
+        run = lambda q: stream_without_cache(lm, document, q, config=config, temperature=config.temperature)
+    else:
+        doc = prefill(lm, document, config=config,
+                      progress=None if args.json else lambda f: say(f"\rprefill {f:4.0%}", end=""))
+        say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
+            f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
+        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes)
+        run = lambda q: stream(lm, doc, q, temperature=config.temperature)
+    for q in questions:
+        if not args.json:
+            print(f"\nQ: {q}\nA: ", end="", flush=True)
+        for event in run(q):
+            if isinstance(event, Answer):
+                t = event.timings
+                result["answers"].append({
+                    "question": q, "answer": event.text, "question_tokens": t.question_tokens,
+                    "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s,
+                })
+                if args.no_cache:
+                    result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
+            elif not args.json:
+                print(event, end="", flush=True)
+        if not args.json:
+            print()
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        _print_summary(result, no_cache=args.no_cache)
+    return 0
+
+
+def _print_summary(result: dict, *, no_cache: bool) -> None:
+    print("\n" + ("no cache: every question recomputed the whole prompt" if no_cache else
+                  f"prefill: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
+    print(f"{'question':<40} {'tokens in':>9} {'new':>5} {'TTFT s':>8} {'total s':>8}")
+    for a in result["answers"]:
+        q = a["question"] if len(a["question"]) <= 40 else a["question"][:37] + "..."
+        print(f"{q:<40} {a['question_tokens']:>9,} {a['new_tokens']:>5} {a['ttft_s']:>8.3f} {a['answer_s']:>8.3f}")
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
+    p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
+    p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kvqa", description="Ask questions about a long document; "
+                                     "the document is read by the model once.")
+    commands = parser.add_subparsers(dest="command")
+    ask = commands.add_parser("ask", help="answer questions about a document")
+    ask.add_argument("doc", metavar="DOC", help="a .pdf, .txt or .md file, or - to read text from stdin")
+    ask.add_argument("-q", "--question", action="append", required=True, help="a question (repeat for more)")
+    _add_model_flags(ask)
+    ask.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 256)")
+    ask.add_argument("--max-question-tokens", type=int, help="longest question in tokens (default 512)")
+    ask.add_argument("--chunk-size", type=int, help="prefill chunk in tokens (default 512)")
+    ask.add_argument("--temperature", type=float, help="0 (default) answers greedily and exactly")
+    ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
+    ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
+    ask.set_defaults(run=_ask)
+    return parser
+
+
+def _quiet_libraries() -> None:
+    """Keep library warnings and progress bars out of the user's terminal."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging
+
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+    except Exception:
+        pass

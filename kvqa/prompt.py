@@ -1,0 +1,124 @@
+"""Building the prompt: the document prefix as token ids once, each question's suffix as ids, from the model's template.
+
+The conversation is the model's own chat template applied to a system turn (instructions + document) and a user turn
+(the question), with the generation prompt. It is cut right after the special token that closes the system turn:
+tokenizers split text at special tokens before anything else, so the ids before that point do not depend on the
+question, and prefix + suffix equals the ids of the whole conversation tokenized in one go.
+
+Document and question text are tokenized as plain text: a string such as "<|im_end|>" inside them stays text and
+never becomes a control token, so a document cannot close its turn or speak as another role.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from .errors import ModelError
+
+INSTRUCTIONS = (
+    "You answer questions about the document below. Use only the document; if it does not contain the answer, "
+    "say so. Answer in the language of the question, briefly."
+)
+_DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
+
+
+def today() -> str:
+    """The date string Llama 3.x templates print in their system header, fixed once per document."""
+    return dt.date.today().strftime("%d %b %Y")
+
+
+def system_text(document: str) -> str:
+    """The system turn: instructions, then the document between tags."""
+    return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>"
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """The model's chat template, split around the document and the question.
+
+    rendered(document, question) == pre + T(system) + mid + T(question) + post, where T is whatever the template
+    does to message content (Llama 3.x trims it); the prefix ends `cut` characters into `mid`.
+    """
+
+    tokenizer: object
+    date_string: str
+    pre: str
+    mid: str
+    post: str
+    cut: int  # end of the first special token in `mid`: the end of the system turn
+    specials: re.Pattern  # matches the tokenizer's added (control) token strings
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, *, date_string: str | None = None) -> "ChatPrompt":
+        """Split the tokenizer's chat template around placeholder turns; raises ModelError if it cannot be used."""
+        date_string = date_string or today()
+        if not getattr(tokenizer, "chat_template", None):
+            raise ModelError("This model has no chat template: choose an instruct (chat) model.")
+        skeleton = _render(tokenizer, _DOC, _QUESTION, date_string)
+        if skeleton.count(_DOC) != 1 or skeleton.count(_QUESTION) != 1 or skeleton.index(_DOC) > skeleton.index(_QUESTION):
+            raise ModelError("This model's chat template does not place a system turn before the user turn.")
+        pre, rest = skeleton.split(_DOC)
+        mid, post = rest.split(_QUESTION)
+        specials = _specials(tokenizer)
+        first = specials.search(mid)
+        if first is None:
+            raise ModelError("This model's chat template does not end the system turn with a special token.")
+        return cls(tokenizer, date_string, pre, mid, post, first.end(), specials)
+
+    def prefix_ids(self, document: str) -> list[int]:
+        """Token ids of everything up to and including the end of the system turn that holds the document."""
+        rendered = _render(self.tokenizer, system_text(document), _QUESTION, self.date_string)
+        tail = self.mid + _QUESTION + self.post
+        assert rendered.startswith(self.pre) and rendered.endswith(tail), "template is not linear in the document"
+        content = rendered[len(self.pre): len(rendered) - len(tail)]
+        return self._ids([(self.pre, False), (content, True), (self.mid[: self.cut], False)])
+
+    def suffix_ids(self, question: str) -> list[int]:
+        """Token ids of the user turn holding the question and the assistant's generation prompt."""
+        rendered = _render(self.tokenizer, _DOC, question, self.date_string)
+        head = self.pre + _DOC + self.mid
+        assert rendered.startswith(head) and rendered.endswith(self.post), "template is not linear in the question"
+        content = rendered[len(head): len(rendered) - len(self.post)]
+        return self._ids([(self.mid[self.cut:], False), (content, True), (self.post, False)])
+
+    def rendered(self, document: str, question: str) -> str:
+        """The whole conversation as text, rendered in one go."""
+        return _render(self.tokenizer, system_text(document), question, self.date_string)
+
+    def _ids(self, pieces: list[tuple[str, bool]]) -> list[int]:
+        """Tokenize like the tokenizer does in one go (split at special tokens, then each run of text), except that
+        special-token strings inside user content (is_content=True) stay plain text."""
+        ids: list[int] = []
+        run = ""
+        for text, is_content in pieces:
+            if is_content:
+                run += text
+                continue
+            pos = 0
+            for m in self.specials.finditer(text):
+                run += text[pos: m.start()]
+                ids += self._text_ids(run)
+                ids.append(self.tokenizer.convert_tokens_to_ids(m.group()))
+                run, pos = "", m.end()
+            run += text[pos:]
+        return ids + self._text_ids(run)
+
+    def _text_ids(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+def _render(tokenizer, system: str, user: str, date_string: str) -> str:
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, date_string=date_string
+    )
+
+
+def _specials(tokenizer) -> re.Pattern:
+    """A regex matching every added (control) token string of the tokenizer, longest first."""
+    tokens = sorted(tokenizer.added_tokens_encoder, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, tokens)))

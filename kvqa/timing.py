@@ -1,0 +1,39 @@
+"""Timing that tells the truth: the device is synchronised before the clock is read."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, so a clock read after it includes that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def now(device: torch.device) -> float:
+    """perf_counter() after synchronising the device."""
+    sync(device)
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What one answer cost."""
+
+    question_tokens: int  # tokens computed before the first answer token: the question (or the whole prompt)
+    new_tokens: int
+    ttft_s: float  # from the question to its first generated token (its id chosen, not its text shown)
+    answer_s: float  # from the question to the last token
+    fork_s: float = 0.0  # cost of giving the question its own view of the document cache
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Generated tokens per second after the first one."""
+        rest = self.answer_s - self.ttft_s
+        return (self.new_tokens - 1) / rest if self.new_tokens > 1 and rest > 0 else 0.0
