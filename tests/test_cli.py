@@ -1,0 +1,76 @@
+"""`python -m kvqa ask`: the JSON shape scripts rely on, cache vs --no-cache, and exit code 2 without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+DOC = "The secret word is pelican.\nThe museum opens at 9 am on weekdays.\n"
+
+
+def kvqa(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kvqa", *args], input=stdin, capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def doc_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "doc.txt"
+    path.write_text(DOC)
+    return path
+
+
+def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
+    questions = ["-q", "What is the secret word?", "-q", "When does the museum open?"]
+    cached = kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json")
+    assert cached.returncode == 0, cached.stderr
+    result = json.loads(cached.stdout)  # exactly one JSON object on stdout
+    assert set(result) == {"model", "context_tokens", "prefill_s", "cache_bytes", "answers"}
+    assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20
+    assert result["prefill_s"] > 0 and result["cache_bytes"] > 0
+    assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
+    for a in result["answers"]:
+        assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s"}
+        assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
+    assert "pelican" in result["answers"][0]["answer"].lower()
+
+    baseline = json.loads(kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json",
+                               "--no-cache").stdout)
+    assert baseline["prefill_s"] == 0 and baseline["cache_bytes"] == 0
+    assert [a["answer"] for a in baseline["answers"]] == [a["answer"] for a in result["answers"]]
+    assert all(b["question_tokens"] > a["question_tokens"] for a, b in zip(result["answers"], baseline["answers"]))
+
+
+def test_stdin_document_and_readable_output(default_lm):
+    run = kvqa("ask", "-", "-q", "文件里的秘密词是什么？", "--max-new-tokens", "12", stdin="秘密词是鹈鹕。The secret word is pelican.")
+    assert run.returncode == 0, run.stderr
+    assert "Q: 文件里的秘密词是什么？" in run.stdout and "A: " in run.stdout
+    assert "TTFT" in run.stdout and "prefill" in run.stdout
+
+
+@pytest.mark.parametrize("args,stdin,message", [
+    (["ask", "missing.txt", "-q", "x"], None, "No such file"),
+    (["ask", "-", "-q", "x"], "   \n ", "empty"),
+    (["ask", "-", "-q", "   "], "text", "question is empty"),
+    (["ask", "assets/SOURCES.md", "-q", "x", "--model", "/nonexistent/model"], None, "Could not load model"),
+    (["ask", "-", "-q", "x", "--max-new-tokens", "0"], "text", "at least 1"),
+    (["ask", "-", "-q", "x", "--device", "cuda:7"], "text", "CUDA"),
+])
+def test_bad_input_exits_2_with_one_line(args, stdin, message):
+    run = kvqa(*args, stdin=stdin)
+    assert run.returncode == 2, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.startswith("kvqa: ")]
+    assert len(lines) == 1 and message in lines[0], run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+def test_binary_file_exits_2(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_bytes(bytes(range(256)) * 10)
+    run = kvqa("ask", str(path), "-q", "x")
+    assert run.returncode == 2 and "binary" in run.stderr and "Traceback" not in run.stderr

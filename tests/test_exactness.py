@@ -1,0 +1,135 @@
+"""The core promise: answers from the prefilled cache equal answers from the whole prompt, and answering leaves the
+prefilled cache exactly as it was (length and bits)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kvqa
+from kvqa.cache import bytes_per_token, new_cache
+from kvqa.prefill import run_chunks
+
+QUESTIONS = ["What is the secret word?", "When does the museum open?", "这份文件讲了什么？", "Summarise the document."]
+TEXT = (
+    "The secret word is pelican. The museum opens at 9 am on weekdays and at noon on Sundays. "
+    + " ".join(f"Note {i}: the river near town {i} is calm and the bridge is {i * 3} metres long." for i in range(60))
+    + "\n中文段落：文档只需要读一次。"
+)
+
+
+def snapshot(doc: kvqa.PrefilledDocument) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
+
+
+def assert_unchanged(doc: kvqa.PrefilledDocument, before) -> None:
+    assert doc.cache.length == doc.tokens
+    for (k, v), (k0, v0) in zip(doc.cache.tensors(), before):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+
+
+@pytest.fixture(params=["tiny", "smollm2"])
+def lm(request, tiny_lm, default_lm):
+    return tiny_lm if request.param == "tiny" else default_lm
+
+
+def test_cached_answers_equal_whole_prompt_answers(lm):
+    document = kvqa.document_from_text(TEXT)
+    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    doc = kvqa.prefill(lm, document, config=config)
+    before = snapshot(doc)
+    for question in QUESTIONS:
+        cached = kvqa.answer(lm, doc, question)
+        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt)
+        assert cached.token_ids == whole.token_ids, question
+        assert cached.text == whole.text
+        assert cached.timings.new_tokens == len(cached.token_ids) > 0
+        assert cached.timings.question_tokens < whole.timings.question_tokens
+        assert_unchanged(doc, before)
+    assert doc.cache_bytes == bytes_per_token(lm.config, lm.dtype) * (doc.tokens + config.reserve_tokens)
+
+
+def test_same_question_twice_gives_the_same_answer(tiny_lm):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    first = kvqa.answer(tiny_lm, doc, "Where is the bridge?")
+    kvqa.answer(tiny_lm, doc, "Something else entirely, to disturb the reserve?")
+    assert kvqa.answer(tiny_lm, doc, "Where is the bridge?").token_ids == first.token_ids
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 100, 4096])
+def test_chunked_prefill_logits_match_one_forward(tiny_lm, chunk_size):
+    """Chunking changes the shapes of the matmuls, so fp32 logits may differ in the last bits: this is the bound."""
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=chunk_size))
+    ids = list(doc.ids) + doc.prompt.suffix_ids("What is the secret word?")
+    with torch.no_grad():
+        one = run_chunks(tiny_lm, ids, new_cache(tiny_lm.config, len(ids)), chunk_size=len(ids))
+        cached = run_chunks(tiny_lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
+    doc.cache.rollback(doc.tokens)
+    diff = (one - cached).abs().max().item()
+    assert diff < 1e-4, f"max abs logit difference {diff:.2e}"
+    assert int(one.argmax()) == int(cached.argmax())
+
+
+def test_stopping_mid_answer_leaves_the_cache_intact(tiny_lm):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=32))
+    before = snapshot(doc)
+    fresh = kvqa.answer(tiny_lm, doc, "Tell me about the museum.")
+    events = kvqa.stream(tiny_lm, doc, "A question that will be stopped.", temperature=0)
+    next(events), next(events)
+    events.close()  # what Gradio does on Stop or when the client goes away
+    assert_unchanged(doc, before)
+    assert not doc.lock.locked()
+    assert kvqa.answer(tiny_lm, doc, "Tell me about the museum.").token_ids == fresh.token_ids
+
+
+def test_an_error_inside_the_model_leaves_the_cache_intact(tiny_lm, monkeypatch):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    before = snapshot(doc)
+    fresh = kvqa.answer(tiny_lm, doc, "Where is the bridge?")
+    real_forward, calls = tiny_lm.model.forward, []
+
+    def failing_forward(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("simulated failure")
+        return real_forward(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_lm.model, "forward", failing_forward)
+    with pytest.raises(RuntimeError, match="simulated"):
+        kvqa.answer(tiny_lm, doc, "Where is the bridge?")
+    monkeypatch.undo()
+    assert_unchanged(doc, before)
+    assert kvqa.answer(tiny_lm, doc, "Where is the bridge?").token_ids == fresh.token_ids
+
+
+def test_a_second_question_while_one_streams_is_refused_not_mixed(tiny_lm):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    first = kvqa.stream(tiny_lm, doc, "First?")
+    next(first)
+    with pytest.raises(kvqa.BusyError):
+        kvqa.answer(tiny_lm, doc, "Second?")
+    first.close()
+    assert kvqa.answer(tiny_lm, doc, "Second?").text is not None
+
+
+def test_llama3_template_exact_across_a_date_change(tiny_llama3_lm, monkeypatch):
+    """Prefill 'yesterday', ask 'today': the cached prefix still matches, and answers equal the whole prompt's."""
+    import kvqa.prompt
+
+    monkeypatch.setattr(kvqa.prompt, "today", lambda: "28 Nov 2026")
+    document = kvqa.document_from_text(TEXT)
+    config = kvqa.Config(max_new_tokens=16)
+    doc = kvqa.prefill(tiny_llama3_lm, document, config=config)
+    monkeypatch.setattr(kvqa.prompt, "today", lambda: "29 Nov 2026")
+    assert "28 Nov 2026" in tiny_llama3_lm.tokenizer.decode(doc.ids)
+    for question in QUESTIONS[:3]:
+        cached = kvqa.answer(tiny_llama3_lm, doc, question)
+        whole = kvqa.answer_without_cache(tiny_llama3_lm, document, question, config=config, prompt=doc.prompt)
+        assert cached.token_ids == whole.token_ids
+
+
+def test_sampling_with_a_seed_is_repeatable(tiny_lm):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=12))
+    a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
+    b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
+    assert a.token_ids == b.token_ids
