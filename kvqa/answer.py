@@ -7,7 +7,7 @@ so the next question sees exactly the document and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +32,7 @@ class Answer:
     text: str
     token_ids: tuple[int, ...]
     timings: Timings
-    stop_reason: str  # "eos" (the model finished) or "length" (max new tokens reached)
+    stop_reason: str  # "eos" (the model finished), "length" (max new tokens reached) or "stopped" (by the user)
     used_cache: bool
 
 
@@ -44,8 +44,10 @@ def stream(
     max_new_tokens: int | None = None,
     temperature: float = 0.0,
     seed: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Iterator[str | Answer]:
-    """Answer from the prefilled cache: yields text pieces, then the Answer. The cache is left as it was."""
+    """Answer from the prefilled cache: yields text pieces, then the Answer. The cache is left as it was.
+    should_stop() is checked before each new token; when it says so the answer ends with stop_reason "stopped"."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
@@ -59,7 +61,7 @@ def stream(
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
             yield from _decode(lm, logits, doc.cache, question=question, question_tokens=len(ids),
                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                               started=started, used_cache=True)
+                               started=started, used_cache=True, should_stop=should_stop)
     finally:
         doc.cache.rollback(doc.tokens)
         doc.lock.release()
@@ -92,7 +94,7 @@ def stream_without_cache(
         logits = run_chunks(lm, ids, cache, chunk_size=len(ids))  # one forward over the whole prompt
         yield from _decode(lm, logits, cache, question=question, question_tokens=len(ids),
                            max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
-                           started=started, used_cache=False)
+                           started=started, used_cache=False, should_stop=None)
 
 
 def answer_without_cache(lm: LoadedModel, document: Document, question: str, **options) -> Answer:
@@ -114,12 +116,15 @@ def question_ids(prompt: ChatPrompt, question: str, *, limit: int) -> list[int]:
 
 
 def _decode(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
-            used_cache) -> Iterator[str | Answer]:
+            used_cache, should_stop) -> Iterator[str | Answer]:
     """Choose tokens one at a time from logits (1, vocab), feeding each back through the model; stream its text."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
     tokens: list[int] = []
     text, ttft, stop_reason = "", 0.0, "length"
     for step in range(max_new_tokens):
+        if should_stop is not None and should_stop():
+            stop_reason = "stopped"
+            break
         token = _choose(logits, temperature, generator)
         if step == 0:
             ttft = now(lm.device) - started

@@ -32,3 +32,29 @@ class Config:
     def reserve_tokens(self) -> int:
         """Tokens kept free after the document for one question and its answer."""
         return self.max_question_tokens + self.max_new_tokens
+
+
+ENVIRONMENT = {"model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE",
+               "attn_implementation": "KVQA_ATTENTION", "chunk_size": "KVQA_CHUNK_SIZE",
+               "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS", "max_new_tokens": "KVQA_MAX_NEW_TOKENS"}
+
+
+def config_from_env(environ, **overrides) -> Config:
+    """Config from defaults, then the KVQA_* variables in `environ`, then the overrides that are not None."""
+    from dataclasses import fields, replace
+
+    from .errors import KvqaError
+
+    types = {f.name: f.type for f in fields(Config)}
+    settings = {}
+    for name, var in ENVIRONMENT.items():
+        if environ.get(var):
+            try:
+                settings[name] = int(environ[var]) if types[name] in ("int", int) else environ[var]
+            except ValueError:
+                raise KvqaError(f"{var} must be a whole number, not '{environ[var]}'.") from None
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    config = replace(Config(), **settings)
+    if config.chunk_size < 1 or config.max_new_tokens < 1 or config.max_question_tokens < 1:
+        raise KvqaError("The chunk size, max new tokens and max question tokens must each be at least 1.")
+    return config

@@ -63,12 +63,16 @@ def prefill(
     *,
     config: Config = Config(),
     progress: Callable[[float], None] | None = None,
+    admit: Callable[[int], None] | None = None,
 ) -> PrefilledDocument:
-    """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each."""
+    """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each.
+    admit(bytes), if given, is called before the cache is allocated and may refuse it by raising."""
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
     reserve = config.reserve_tokens
     check_fits(lm, len(ids), reserve)
+    if admit is not None:
+        admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
     started = now(lm.device)
     cache = new_cache(lm.config, len(ids) + reserve)
     run_chunks(lm, ids, cache, chunk_size=config.chunk_size, progress=progress)

@@ -1,0 +1,330 @@
+"""kvqa's browser app: upload or paste a document, which is read once; ask questions answered from its cache.
+
+UI only: every decision about documents, models, caches and answers lives in the kvqa package.
+`demo` can be imported without launching; `python app.py` serves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from pathlib import Path
+
+import gradio as gr
+
+from kvqa import Answer, KvqaError, document_from_text, load_document, load_model
+from kvqa.budget import CacheBudget, default_budget_bytes
+from kvqa.config import Config, config_from_env
+from kvqa.documents import MAX_FILE_BYTES
+from kvqa.session import Session, speedup
+
+SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
+SESSION_TTL_S = float(os.environ.get("KVQA_SESSION_TTL", 3600))
+CONFIG: Config = config_from_env(os.environ)
+_budget: CacheBudget | None = None
+
+
+def budget() -> CacheBudget:
+    """The process-wide cache budget, sized when the model is first needed."""
+    global _budget
+    if _budget is None:
+        lm = load_model(CONFIG)
+        limit = os.environ.get("KVQA_CACHE_BUDGET_MB")
+        _budget = CacheBudget(int(float(limit) * 2**20) if limit else default_budget_bytes(lm.device))
+    return _budget
+
+
+def new_session(session: Session | None) -> Session:
+    return session if session is not None else Session(budget())
+
+
+def close_session(session: Session | None) -> None:
+    if session is not None:
+        session.close()
+
+
+# ---- formatting -------------------------------------------------------------------------------------------------
+
+def status_markdown(session: Session | None, *, reused: bool = False) -> str:
+    if session is None or session.document is None:
+        return "No document loaded yet."
+    doc, lm = session.prefilled, load_model(CONFIG)
+    if doc is None:
+        return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
+    pages = f", {session.document.pages} pages" if session.document.pages else ""
+    note = " (already loaded: not read again)" if reused else ""
+    return (
+        f"**{session.document.name}**{pages}{note}\n\n"
+        f"| | |\n|---|---|\n"
+        f"| model | {lm.name} on {lm.device.type} ({str(lm.dtype).removeprefix('torch.')}) |\n"
+        f"| document tokens | {doc.tokens:,} |\n"
+        f"| prefill (once) | {doc.prefill_s:.2f} s, {doc.tokens_per_s:,.0f} tokens/s |\n"
+        f"| cache size | {doc.cache_bytes / 2**20:,.1f} MB (incl. room for {CONFIG.reserve_tokens:,} question+answer tokens) |"
+    )
+
+
+def latency_line(answer: Answer) -> str:
+    t = answer.timings
+    stopped = " · stopped" if answer.stop_reason == "stopped" else ""
+    return (f"\n\n<sub>⏱ first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
+            f"{t.decode_tokens_per_s:.1f} tokens/s{stopped}</sub>")
+
+
+def latency_table(session: Session | None) -> list[list]:
+    if session is None or session.prefilled is None and not session.turns:
+        return []
+    prefill_s = session.prefilled.prefill_s if session.prefilled else 0.0
+    rows = []
+    for n, turn in enumerate(session.turns, start=1):
+        t = turn.timings
+        factor, measured = speedup(turn, prefill_s)
+        rows.append([
+            n, turn.question[:60], t.question_tokens, t.new_tokens, round(t.ttft_s, 3), round(t.answer_s, 3),
+            round(t.decode_tokens_per_s, 1),
+            round(turn.baseline.ttft_s, 3) if turn.baseline else None,
+            f"{factor:.1f}x ({'measured' if measured else 'estimated'})" if factor else "",
+        ])
+    return rows
+
+
+def latency_summary(session: Session | None) -> str:
+    if session is None or session.prefilled is None:
+        return "Load a document and ask a question to see what the cache saves."
+    doc = session.prefilled
+    if not session.turns:
+        return f"Prefill: **{doc.prefill_s:.2f} s**, once. Ask a question to compare."
+    ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
+    if not ttfts:
+        return f"Prefill: **{doc.prefill_s:.2f} s**, once."
+    factors = [speedup(t, doc.prefill_s) for t in session.turns if t.timings.new_tokens]
+    measured = [f for f, m in factors if m]
+    how = (f"measured by answering without the cache: **{statistics.median(measured):.1f}x** sooner"
+           if measured else
+           f"estimated as (prefill + TTFT) / TTFT: **{statistics.median(f for f, _ in factors):.1f}x** sooner "
+           "(tick “also answer without the cache” to measure it)")
+    return (f"Prefill: **{doc.prefill_s:.2f} s**, once. Median time to first token over {len(ttfts)} "
+            f"question(s): **{statistics.median(ttfts):.3f} s**; first token {how}.")
+
+
+def latency_plot(session: Session | None):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if session is None or session.prefilled is None or not session.turns:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3))
+    labels = ["prefill\n(once)"] + [f"Q{n}" for n in range(1, len(session.turns) + 1)]
+    ax.bar(labels[:1], [session.prefilled.prefill_s], color="#9ca3af", label="prefill (document, once)")
+    ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label="answer total")
+    ax.bar(labels[1:], [t.timings.ttft_s for t in session.turns], color="#2563eb", label="time to first token")
+    baseline = [t.baseline.ttft_s if t.baseline else 0 for t in session.turns]
+    if any(baseline):
+        ax.scatter(labels[1:], baseline, color="#dc2626", marker="_", s=400, label="first token without cache")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def chat_messages(session: Session | None) -> list[dict]:
+    messages = []
+    for turn in (session.turns if session else []):
+        messages.append({"role": "user", "content": turn.question})
+        t = turn.timings
+        suffix = (f"\n\n<sub>⏱ first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
+                  f"{t.decode_tokens_per_s:.1f} tokens/s{' · stopped' if turn.stopped else ''}</sub>")
+        messages.append({"role": "assistant", "content": (turn.answer or "…") + suffix})
+    return messages
+
+
+def panels(session: Session | None, *, reused: bool = False):
+    """Everything that shows the session: status, chat, latency summary, table, plot."""
+    return (status_markdown(session, reused=reused), chat_messages(session), latency_summary(session),
+            latency_table(session), latency_plot(session))
+
+
+# ---- handlers -----------------------------------------------------------------------------------------------------
+
+def _document(file: str | None, text: str | None):
+    if file:
+        return load_document(file)
+    if text and text.strip():
+        return document_from_text(text)
+    raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+
+
+def _read(file, text, session, progress) -> tuple[Session, bool]:
+    session = new_session(session)
+    document = _document(file, text)
+    lm = load_model(CONFIG)
+    progress(0, desc="Reading the document")
+    changed = session.load(lm, document, config=CONFIG,
+                           progress=lambda f: progress(f, desc="Reading the document (prefill)"))
+    return session, changed
+
+
+def on_load(file, text, session, progress=gr.Progress()):
+    """UI: read a document (upload or paste) once; show its figures."""
+    try:
+        session, changed = _read(file, text, session, progress)
+    except KvqaError as e:
+        raise gr.Error(str(e), print_exception=False) from None
+    return session, *panels(session, reused=not changed)
+
+
+def on_upload(file, session, progress=gr.Progress()):
+    """UI: read an uploaded file."""
+    return on_load(file, None, session, progress)
+
+
+def on_paste(text, session, progress=gr.Progress()):
+    """UI: read pasted text."""
+    return on_load(None, text, session, progress)
+
+
+def on_sample(session, progress=gr.Progress()):
+    """UI: load the sample document."""
+    return on_load(str(SAMPLE), None, session, progress)
+
+
+def on_ask(question, session, baseline, progress=gr.Progress()):
+    """UI: stream the answer into the chat, then its latency."""
+    before = panels(session)
+    if session is None:
+        raise gr.Error("No document is loaded yet: upload a file, paste text, or load the sample first.",
+                       print_exception=False)
+    lm = load_model(CONFIG)
+    history = chat_messages(session) + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
+    text = ""
+    try:
+        for event in session.ask(lm, question, config=CONFIG, baseline=bool(baseline),
+                                 progress=lambda f: progress(f, desc="Reading the document again"),
+                                 on_rebuild=lambda d: gr.Info(
+                                     f"Your document's cache had been freed to make room for other users; it was "
+                                     f"read again ({d.prefill_s:.1f} s).")):
+            if isinstance(event, Answer):
+                continue
+            text += event
+            history[-1] = {"role": "assistant", "content": text}
+            yield session, "", history, *before[2:]
+    except KvqaError as e:
+        yield session, question, before[1], *before[2:]
+        raise gr.Error(str(e), print_exception=False) from None
+    status, chat, summary, table, plot = panels(session)
+    yield session, "", chat, summary, table, plot
+
+
+def on_stop(session):
+    if session is not None:
+        session.stop()
+
+
+def api_prefill(file: str | None = None, text: str | None = None, session=None, progress=gr.Progress()):
+    """API: read a document (`text` for pasted text, `file` for an upload); returns the prefill figures."""
+    try:
+        session, changed = _read(file, text, session, progress)
+    except KvqaError as e:
+        raise gr.Error(str(e), print_exception=False) from None
+    doc = session.prefilled
+    return (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: {doc.tokens} tokens, "
+            f"{doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, cache {doc.cache_bytes} bytes"), session
+
+
+def api_ask(question: str, session=None):
+    """API: answer a question about this client's document; returns the answer text."""
+    if session is None:
+        raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
+    try:
+        events = list(session.ask(load_model(CONFIG), question, config=CONFIG))
+    except KvqaError as e:
+        raise gr.Error(str(e), print_exception=False) from None
+    return events[-1].text, session
+
+
+# ---- layout -------------------------------------------------------------------------------------------------------
+
+with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
+    session_state = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=close_session)
+    gr.Markdown(
+        "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each question "
+        "then costs only its own tokens. Answers are exactly what the model says when it reads everything again."
+    )
+    with gr.Row():
+        with gr.Column(scale=2):
+            upload = gr.File(label="Upload a PDF, .txt or .md", file_types=[".pdf", ".txt", ".md"],
+                             type="filepath", elem_id="upload")
+            pasted = gr.Textbox(label="…or paste text", lines=5, max_lines=12, elem_id="paste")
+            with gr.Row():
+                read_btn = gr.Button("Read pasted text", elem_id="read")
+                sample_btn = gr.Button("Load the sample", elem_id="sample")
+            status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
+            gr.Markdown(
+                f"<sub>Limits: files up to {MAX_FILE_BYTES // 2**20} MB; documents up to the model's context less "
+                f"{CONFIG.reserve_tokens} tokens for question and answer; questions up to "
+                f"{CONFIG.max_question_tokens} tokens; answers up to {CONFIG.max_new_tokens} tokens.</sub>"
+            )
+        with gr.Column(scale=3):
+            chatbot = gr.Chatbot(label="Questions and answers", elem_id="chat", height=420, buttons=["copy"])
+            with gr.Row():
+                question_box = gr.Textbox(placeholder="Ask about the document (any language) and press Enter",
+                                          show_label=False, scale=5, elem_id="question")
+                ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="ask")
+                stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop")
+            baseline_box = gr.Checkbox(label="Also answer without the cache (measures the real speedup; slow)",
+                                       elem_id="baseline")
+    with gr.Accordion("Latency: one prefill against every answer", open=True):
+        summary = gr.Markdown(elem_id="latency-summary")
+        table = gr.Dataframe(
+            headers=["#", "question", "question tokens", "new tokens", "TTFT s", "total s", "tokens/s",
+                     "TTFT without cache s", "first-token speedup"],
+            interactive=False, elem_id="latency-table", wrap=True,
+        )
+        plot = gr.Plot(elem_id="latency-plot", show_label=False)
+
+    shown = [status, chatbot, summary, table, plot]
+    upload.upload(on_upload, [upload, session_state], [session_state, *shown], api_visibility="private")
+    read_btn.click(on_paste, [pasted, session_state], [session_state, *shown], api_visibility="private")
+    sample_btn.click(on_sample, [session_state], [session_state, *shown], api_visibility="private")
+    ask_outputs = [session_state, question_box, chatbot, summary, table, plot]
+    for trigger in (ask_btn.click, question_box.submit):
+        trigger(on_ask, [question_box, session_state, baseline_box], ask_outputs, api_visibility="private")
+    stop_btn.click(on_stop, [session_state], None, queue=False, api_visibility="private")
+
+    # the gradio_client API: each client is its own session
+    with gr.Row(visible=False):
+        api_file, api_text, api_question = gr.File(), gr.Textbox(), gr.Textbox()
+        api_status, api_answer = gr.Textbox(), gr.Textbox()
+        api_prefill_btn, api_ask_btn = gr.Button(), gr.Button()
+    api_prefill_btn.click(api_prefill, [api_file, api_text, session_state], [api_status, session_state],
+                          api_name="prefill")
+    api_ask_btn.click(api_ask, [api_question, session_state], [api_answer, session_state], api_name="ask")
+
+
+def main(argv: list[str] | None = None) -> None:
+    global CONFIG
+    parser = argparse.ArgumentParser(description="Serve the kvqa app.")
+    parser.add_argument("--model", help="model id or folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    parser.add_argument("--share", action="store_true", default=os.environ.get("KVQA_SHARE") == "1")
+    parser.add_argument("--concurrency", type=int, default=int(os.environ.get("KVQA_CONCURRENCY", 1)),
+                        help="answers computed at once (one GPU: 1)")
+    args = parser.parse_args(argv)
+    if args.model:
+        CONFIG = config_from_env(os.environ, model=args.model)
+    try:
+        lm = load_model(CONFIG)  # load before serving, so the first user does not wait for it
+    except KvqaError as e:
+        raise SystemExit(f"kvqa: {e}")
+    print(f"kvqa: {lm.name} on {lm.device} ({lm.dtype}), loaded in {lm.load_s:.1f} s")
+    demo.queue(default_concurrency_limit=args.concurrency)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+                max_file_size=MAX_FILE_BYTES, theme=gr.themes.Soft())
+
+
+if __name__ == "__main__":
+    main()

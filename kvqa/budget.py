@@ -1,0 +1,74 @@
+"""A process-wide memory budget for prefilled caches: when a new one would not fit, the least recently used
+sessions' caches are dropped (their text is kept, and they are prefilled again when next asked)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+
+from .errors import DocumentTooLong
+
+
+def default_budget_bytes(device: torch.device) -> int:
+    """Half the memory available now: free GPU memory on CUDA, else available RAM."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * 0.5)
+    import psutil
+
+    return int(psutil.virtual_memory().available * 0.5)
+
+
+class CacheBudget:
+    """Tracks the bytes of every live prefilled cache by owner (a session), in least-recently-used order."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self._entries: OrderedDict[object, int] = OrderedDict()  # owner -> bytes, oldest first
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        with self._lock:
+            return sum(self._entries.values())
+
+    def admit(self, nbytes: int, owner) -> list:
+        """Make room for `nbytes` for owner, evicting least recently used others; returns the evicted owners.
+        Raises DocumentTooLong when nbytes alone exceeds the budget."""
+        if nbytes > self.limit_bytes:
+            raise DocumentTooLong(
+                f"This document's cache needs {nbytes / 2**20:,.0f} MiB; the memory budget for caches is "
+                f"{self.limit_bytes / 2**20:,.0f} MiB. Load a shorter document (or raise KVQA_CACHE_BUDGET_MB)."
+            )
+        evicted = []
+        with self._lock:
+            self._entries.pop(owner, None)
+            for other in list(self._entries):
+                if sum(self._entries.values()) + nbytes <= self.limit_bytes:
+                    break
+                if getattr(other, "busy", False):  # answering right now: leave it
+                    continue
+                del self._entries[other]
+                evicted.append(other)
+        for other in evicted:
+            other.evict()
+        return evicted
+
+    def add(self, nbytes: int, owner) -> None:
+        with self._lock:
+            self._entries[owner] = nbytes
+            self._entries.move_to_end(owner)
+
+    def touch(self, owner) -> bool:
+        """Mark owner's cache as just used; False if it is not held (it was evicted)."""
+        with self._lock:
+            if owner not in self._entries:
+                return False
+            self._entries.move_to_end(owner)
+            return True
+
+    def release(self, owner) -> None:
+        with self._lock:
+            self._entries.pop(owner, None)

@@ -1,0 +1,148 @@
+"""One user's session: their document, its prefilled cache, and the questions they asked.
+
+The app keeps a Session in per-browser state; this module holds what happens to it, so app.py only lays out the
+UI. Every failed action raises a KvqaError and leaves the session's document, cache and turns as they were.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .answer import Answer, answer_without_cache, stream
+from .budget import CacheBudget
+from .config import Config
+from .documents import Document
+from .errors import BusyError, QuestionError
+from .model import LoadedModel
+from .prefill import PrefilledDocument, prefill
+from .timing import Timings
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One question of the session and how it was answered."""
+
+    question: str
+    answer: str
+    timings: Timings
+    baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
+    stopped: bool = False  # the user pressed Stop; timings cover what was generated until then
+
+
+def fingerprint(lm: LoadedModel, document: Document) -> str:
+    """Same text with the same model means the same cache: no second prefill."""
+    return hashlib.sha256(f"{lm.name}\0{document.text}".encode()).hexdigest()
+
+
+class Session:
+    """A user's document, its prefilled cache (which the budget may evict; it is then rebuilt) and turns."""
+
+    def __init__(self, budget: CacheBudget | None = None):
+        self.budget = budget
+        self.document: Document | None = None
+        self.prefilled: PrefilledDocument | None = None
+        self.fingerprint: str | None = None
+        self.turns: list[Turn] = []
+        self._stop = threading.Event()
+        self._busy = threading.Lock()  # one action at a time per session
+
+    @property
+    def busy(self) -> bool:
+        return self._busy.locked()
+
+    def load(self, lm: LoadedModel, document: Document, *, config: Config,
+             progress: Callable[[float], None] | None = None) -> bool:
+        """Prefill a new document, replacing the old one and the chat; False if it is the one already loaded."""
+        key = fingerprint(lm, document)
+        if key == self.fingerprint and self.prefilled is not None:
+            return False
+        with self._exclusive():
+            prefilled = self._prefill(lm, document, config=config, progress=progress)
+            self.document, self.prefilled, self.fingerprint, self.turns = document, prefilled, key, []
+        return True
+
+    def ask(self, lm: LoadedModel, question: str, *, config: Config, baseline: bool = False,
+            progress: Callable[[float], None] | None = None,
+            on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> Iterator[str | Answer]:
+        """Stream the answer from the document's cache, then the Answer; record the turn. If the cache was evicted
+        it is rebuilt first and on_rebuild(prefilled) is called. With baseline=True the question is answered again
+        without the cache afterwards, to measure the real speedup (Turn.baseline)."""
+        if self.document is None:
+            raise QuestionError("No document is loaded yet: upload a file, paste text, or load the sample first.")
+        with self._exclusive():
+            self._stop.clear()
+            if self.prefilled is None or (self.budget is not None and not self.budget.touch(self)):
+                self.prefilled = self._prefill(lm, self.document, config=config, progress=progress)
+                if on_rebuild is not None:
+                    on_rebuild(self.prefilled)
+            events = stream(lm, self.prefilled, question, temperature=config.temperature,
+                            should_stop=self._stop.is_set)
+            try:
+                for event in events:
+                    if isinstance(event, Answer):
+                        result = event
+                    else:
+                        yield event
+            finally:
+                events.close()  # a consumer that went away: the cache rolls back now, not at garbage collection
+            measured = None
+            if baseline and result.stop_reason != "stopped":
+                measured = answer_without_cache(lm, self.document, question, config=config,
+                                                prompt=self.prefilled.prompt, temperature=config.temperature).timings
+            self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
+                                   stopped=result.stop_reason == "stopped"))
+            yield result
+
+    def stop(self) -> None:
+        """Ask the running answer to end before its next token."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Free the session's cache (the session ended or expired)."""
+        self._stop.set()
+        if self.budget is not None:
+            self.budget.release(self)
+        self.prefilled = None
+
+    def evict(self) -> None:
+        """Drop the cache to free memory; the document's text is kept and is prefilled again when next asked."""
+        self.prefilled = None
+
+    def _prefill(self, lm, document, *, config, progress) -> PrefilledDocument:
+        admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
+        prefilled = prefill(lm, document, config=config, progress=progress, admit=admit)
+        if self.budget is not None:
+            self.budget.add(prefilled.cache_bytes, self)
+        return prefilled
+
+    def _exclusive(self):
+        if not self._busy.acquire(blocking=False):
+            raise BusyError("This session is still working on a previous request: wait for it, or press Stop.")
+        return _Release(self._busy)
+
+
+class _Release:
+    def __init__(self, lock: threading.Lock):
+        self.lock = lock
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        return False
+
+
+def speedup(turn: Turn, prefill_s: float) -> tuple[float, bool]:
+    """How much sooner the first token came than without the cache: (factor, measured?). Measured when the turn
+    was also answered without the cache; else estimated as (prefill + TTFT) / TTFT, since recomputing the whole
+    prompt costs about the document's prefill plus the question."""
+    ttft = turn.timings.ttft_s
+    if ttft <= 0:
+        return 0.0, False
+    if turn.baseline is not None:
+        return turn.baseline.ttft_s / ttft, True
+    return (prefill_s + ttft) / ttft, False
