@@ -56,19 +56,18 @@ def status_markdown(session: Session | None, *, reused: bool = False) -> str:
     note = " (already loaded: not read again)" if reused else ""
     return (
         f"**{session.document.name}**{pages}{note}\n\n"
-        f"| | |\n|---|---|\n"
-        f"| model | {lm.name} on {lm.device.type} ({str(lm.dtype).removeprefix('torch.')}) |\n"
-        f"| document tokens | {doc.tokens:,} |\n"
-        f"| prefill (once) | {doc.prefill_s:.2f} s, {doc.tokens_per_s:,.0f} tokens/s |\n"
-        f"| cache size | {doc.cache_bytes / 2**20:,.1f} MB (incl. room for {CONFIG.reserve_tokens:,} question+answer tokens) |"
+        f"- model: {lm.name} on {lm.device.type} ({str(lm.dtype).removeprefix('torch.')})\n"
+        f"- document tokens: **{doc.tokens:,}**\n"
+        f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
+        f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {CONFIG.reserve_tokens:,} question and "
+        f"answer tokens)"
     )
 
 
-def latency_line(answer: Answer) -> str:
-    t = answer.timings
-    stopped = " · stopped" if answer.stop_reason == "stopped" else ""
-    return (f"\n\n<sub>⏱ first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{stopped}</sub>")
+def latency_line(timings, *, stopped: bool = False) -> str:
+    t = timings
+    return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
+            f"{t.decode_tokens_per_s:.1f} tokens/s{' · stopped' if stopped else ''}</sub>")
 
 
 def latency_table(session: Session | None) -> list[list]:
@@ -115,7 +114,7 @@ def latency_plot(session: Session | None):
 
     if session is None or session.prefilled is None or not session.turns:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = plt.subplots(figsize=(8, 3.2))
     labels = ["prefill\n(once)"] + [f"Q{n}" for n in range(1, len(session.turns) + 1)]
     ax.bar(labels[:1], [session.prefilled.prefill_s], color="#9ca3af", label="prefill (document, once)")
     ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label="answer total")
@@ -123,7 +122,8 @@ def latency_plot(session: Session | None):
     baseline = [t.baseline.ttft_s if t.baseline else 0 for t in session.turns]
     if any(baseline):
         ax.scatter(labels[1:], baseline, color="#dc2626", marker="_", s=400, label="first token without cache")
-    ax.set_ylabel("seconds")
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds (log scale)")
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     plt.close(fig)
@@ -134,10 +134,8 @@ def chat_messages(session: Session | None) -> list[dict]:
     messages = []
     for turn in (session.turns if session else []):
         messages.append({"role": "user", "content": turn.question})
-        t = turn.timings
-        suffix = (f"\n\n<sub>⏱ first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-                  f"{t.decode_tokens_per_s:.1f} tokens/s{' · stopped' if turn.stopped else ''}</sub>")
-        messages.append({"role": "assistant", "content": (turn.answer or "…") + suffix})
+        messages.append({"role": "assistant",
+                         "content": (turn.answer or "…") + latency_line(turn.timings, stopped=turn.stopped)})
     return messages
 
 

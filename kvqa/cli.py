@@ -104,6 +104,12 @@ def _ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import run_from_args
+
+    return run_from_args(args, config_from(args))
+
+
 def _print_summary(result: dict, *, no_cache: bool) -> None:
     print("\n" + ("no cache: every question recomputed the whole prompt" if no_cache else
                   f"prefill: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
@@ -134,6 +140,20 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)
+    bench = commands.add_parser("bench", help="time kvqa against recomputing the prompt and transformers' cache copy")
+    _add_model_flags(bench)
+    bench.add_argument("--contexts", default="512,1024,2048,4096",
+                       help="document prompt lengths in tokens, comma-separated (default 512,1024,2048,4096)")
+    bench.add_argument("--questions", type=int, default=3, help="how many built-in questions to ask (default 3)")
+    bench.add_argument("--max-new-tokens", type=int, default=32, help="answer length in tokens (default 32)")
+    bench.add_argument("--chunk-size", type=int, help="kvqa's prefill chunk in tokens (default 512)")
+    bench.add_argument("--doc", help="the document (.pdf, .txt, .md), repeated to fill the longest context "
+                       "(default: the sample document)")
+    bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "
+                       "or a name in kvqa/configs such as llama-3.2-3b) with --model's tokenizer: for timing only")
+    bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")
+    bench.add_argument("--plot", metavar="PATH", help="write a PNG of TTFT against context length")
+    bench.set_defaults(run=_bench)
     return parser
 
 

@@ -4,6 +4,7 @@ config, and a Llama 3.x-style tokenizer (the default tokenizer with Llama 3's co
 from __future__ import annotations
 
 import copy
+import socket
 from pathlib import Path
 
 import pytest
@@ -62,3 +63,17 @@ def tiny_llama3_lm(llama3_tokenizer) -> kvqa.LoadedModel:
 @pytest.fixture(scope="session")
 def sample_path() -> Path:
     return ASSETS / "declaration-of-independence.md"
+
+
+@pytest.fixture(scope="session")
+def server(default_lm):
+    """The app served on a free loopback port for the whole test session."""
+    import app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app.demo.queue(default_concurrency_limit=1)
+    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    app.demo.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import gradio as gr
 import pytest
 from gradio_client import Client, handle_file
@@ -88,21 +86,6 @@ def test_stop_ends_the_answer_and_keeps_the_cache(session):
     assert session.prefilled.cache.length == session.prefilled.tokens
     after = drain(app.on_ask("Describe the document in detail.", session, False))[2][-1]["content"]
     assert after.split("<sub>")[0] == full.split("<sub>")[0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(default_lm):
-    port = free_port()
-    app.demo.queue(default_concurrency_limit=1)
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield f"http://127.0.0.1:{port}/"
-    app.demo.close()
 
 
 def test_gradio_client_sessions_each_get_their_own_document(server, tmp_path):

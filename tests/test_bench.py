@@ -1,0 +1,134 @@
+"""`python -m kvqa bench`: every method gives figures at every context, caches hold what theory says, answers agree,
+the JSON shape scripts rely on, the plot, and exit code 2 for bad flags. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvqa
+from kvqa.bench import METHODS, QUESTIONS, SAMPLE_DOCUMENT, BenchError, cut_document, format_table, run_bench, write_plot
+from kvqa.cli import main
+from kvqa.prompt import ChatPrompt
+
+ROOT = Path(__file__).parent.parent
+ROW_KEYS = {"method", "context_tokens", "prefill_s", "ttft_s", "answer_s", "decode_tokens_per_s", "fork_s",
+            "peak_memory_bytes", "cache_bytes", "theoretical_cache_bytes", "floor_ttft_s", "same_answers"}
+TINY_CONFIG = {  # a 2-layer Llama with a vocabulary smaller than the tokenizer's: ids are folded into it
+    "model_type": "llama", "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+    "tie_word_embeddings": True, "initializer_range": 0.2,
+}
+
+
+def check_result(result: dict, contexts: list[int], questions: int, max_new_tokens: int) -> None:
+    assert set(result) == {"machine", "model", "results"}
+    assert {"cpu", "cores", "torch", "device", "dtype", "date", "gpu"} <= set(result["machine"])
+    rows = result["results"]
+    assert [(r["method"], r["target_context_tokens"]) for r in rows] == [(m, n) for n in contexts for m in METHODS]
+    for r in rows:
+        assert ROW_KEYS <= set(r), ROW_KEYS - set(r)
+        assert 0 < r["context_tokens"] <= r["target_context_tokens"]
+        assert len(r["new_tokens"]) == questions and all(0 < n <= max_new_tokens for n in r["new_tokens"])
+        assert 0 < r["ttft_s"] <= r["answer_s"] and r["peak_memory_bytes"] >= 0
+        assert r["same_answers"] is True, (r["method"], r["context_tokens"], r["answers"])
+        if r["method"] == "recompute":
+            assert r["prefill_s"] == r["fork_s"] == r["cache_bytes"] == r["theoretical_cache_bytes"] == 0
+        else:
+            assert r["prefill_s"] > 0 and r["cache_bytes"] > 0
+            assert r["cache_bytes"] == r["theoretical_cache_bytes"]
+        if r["method"] == "kvqa":
+            assert r["floor_ttft_s"] > 0 and r["unchunked_prefill_s"] > 0 and r["chunked_prefill_s"] > 0
+            assert r["cache_tokens"] == r["context_tokens"] + 512 + max_new_tokens  # document + reserve
+        else:
+            assert r["floor_ttft_s"] is None
+        if r["method"] == "seed":
+            assert r["cache_tokens"] == r["context_tokens"]
+    by_context = {}
+    for r in rows:  # every method read the same prompt and gave the same answers
+        by_context.setdefault(r["target_context_tokens"], []).append(r)
+    for same in by_context.values():
+        assert len({r["context_tokens"] for r in same}) == 1
+        assert len({tuple(r["answers"]) for r in same}) == 1
+
+
+def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
+    config = kvqa.Config(max_new_tokens=5, chunk_size=48)  # several chunks per prefill
+    result = run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[80, 160], questions=QUESTIONS[:2],
+                       config=config)
+    check_result(result, [80, 160], questions=2, max_new_tokens=5)
+    assert json.loads(json.dumps(result)) == result
+    table = format_table(result)
+    assert all(m in table for m in METHODS) and "targets at" in table and "unchunked" in table
+    write_plot(result, tmp_path / "ttft.png")
+    assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_default_model_same_answers(default_lm):
+    result = run_bench(default_lm, SAMPLE_DOCUMENT.read_text(), contexts=[128], questions=QUESTIONS[:1],
+                       config=kvqa.Config(max_new_tokens=6), warm_up=False)
+    check_result(result, [128], questions=1, max_new_tokens=6)
+    assert result["results"][0]["context_tokens"] == 128  # the cut is exact here
+
+
+def test_document_cut_to_exact_length(default_lm):
+    prompt = ChatPrompt.for_tokenizer(default_lm.tokenizer)
+    ids = default_lm.tokenizer(SAMPLE_DOCUMENT.read_text(), add_special_tokens=False)["input_ids"]
+    for target in (60, 333, 1000):
+        document, prefix = cut_document(prompt, ids, target, name="sample")
+        assert prefix == prompt.prefix_ids(document.text) and target - 2 <= len(prefix) <= target
+    with pytest.raises(BenchError, match="too short"):
+        cut_document(prompt, ids, 10, name="sample")
+
+
+def test_bench_cli_json_with_random_init(tmp_path, default_lm):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    plot = tmp_path / "plot.png"
+    run = subprocess.run([sys.executable, "-m", "kvqa", "bench", "--json", "--random-init", str(config),
+                          "--contexts", "64,128", "--questions", "2", "--max-new-tokens", "4", "--plot", str(plot)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)  # exactly one JSON object on stdout
+    check_result(result, [64, 128], questions=2, max_new_tokens=4)
+    assert result["model"] == "random-init tiny"
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_shipped_llama_config_is_llama_3_2_3b():
+    from transformers import AutoConfig
+
+    settings = json.loads((ROOT / "kvqa" / "configs" / "llama-3.2-3b.json").read_text())
+    settings = {k: v for k, v in settings.items() if not k.startswith("_") and k != "torch_dtype"}
+    c = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+            c.intermediate_size, c.vocab_size, c.max_position_embeddings) == (3072, 28, 24, 8, 128, 8192, 128256, 131072)
+    assert c.tie_word_embeddings and c.rms_norm_eps == 1e-5
+    assert c.rope_parameters == {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                                 "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                 "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--contexts", "512,abc"], "--contexts"),
+    (["--contexts", "0"], "--contexts"),
+    (["--questions", "0"], "--questions"),
+    (["--questions", "99"], "--questions"),
+    (["--max-new-tokens", "0"], "at least 1"),
+    (["--random-init", "no-such-config"], "No config file"),
+    (["--plot", "/no/such/folder/x.png"], "does not exist"),
+    (["--doc", "missing.txt"], "No such file"),
+])
+def test_bad_flags_exit_2(args, message, capsys):
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kvqa: ") and message in err[0], err
+
+
+def test_context_longer_than_the_model_is_refused(tiny_lm):
+    with pytest.raises(BenchError, match="does not fit"):
+        run_bench(tiny_lm, "text", contexts=[4000], questions=QUESTIONS[:1], config=kvqa.Config(), warm_up=False)

@@ -1,0 +1,60 @@
+"""A real browser (Debian's chromium, driven by playwright) uploads a file, asks two questions, sees answers and
+their latency, and saves the screenshot the README shows."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ASSETS = Path(__file__).parent.parent / "assets"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def page():
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is not installed: `apt-get install chromium` (.ci/run does this)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+        yield page
+        browser.close()
+
+
+def ask(page, question: str, answers_before: int) -> str:
+    page.locator("#question textarea").fill(question)
+    page.locator("#ask").click()
+    bot = page.locator('[data-testid="bot"]')
+    bot.nth(answers_before).wait_for(timeout=120_000)
+    page.wait_for_function(  # the latency line is added when the answer is complete
+        "n => document.querySelectorAll('[data-testid=\"bot\"]').length > n && "
+        "document.querySelectorAll('[data-testid=\"bot\"]')[n].innerText.includes('first token')",
+        arg=answers_before, timeout=120_000)
+    return bot.nth(answers_before).inner_text()
+
+
+def test_upload_ask_twice_and_see_latency(server, page):
+    page.goto(server)
+    page.locator("#upload input[type=file]").set_input_files(str(ASSETS / "declaration-of-independence.md"))
+    status = page.locator("#doc-status")
+    status.get_by_text("document tokens").wait_for(timeout=120_000)
+    assert "prefill (once)" in status.inner_text() and "tokens/s" in status.inner_text()
+
+    first = ask(page, "What rights are unalienable?", 0)
+    second = ask(page, "What do the signers pledge to each other?", 1)
+    for answer in (first, second):
+        assert "first token" in answer and "tokens/s" in answer
+        assert len(answer.split("first token")[0].strip()) > 0
+    page.wait_for_function(
+        "document.querySelector('#latency-table') && document.querySelector('#latency-table').innerText.includes('2')")
+    assert "Median time to first token over 2" in page.locator("#latency-summary").inner_text()
+    page.locator("#latency-plot").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot.png"), full_page=True)
