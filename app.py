@@ -16,7 +16,6 @@ import gradio as gr
 from kvqa import Answer, KvqaError, document_from_text, load_document, load_model
 from kvqa.budget import CacheBudget, default_budget_bytes
 from kvqa.config import Config, config_from_env
-from kvqa.documents import MAX_FILE_BYTES
 from kvqa.session import Session, speedup
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
@@ -30,8 +29,8 @@ def budget() -> CacheBudget:
     global _budget
     if _budget is None:
         lm = load_model(CONFIG)
-        limit = os.environ.get("KVQA_CACHE_BUDGET_MB")
-        _budget = CacheBudget(int(float(limit) * 2**20) if limit else default_budget_bytes(lm.device))
+        limit = CONFIG.cache_budget_mb
+        _budget = CacheBudget(int(limit * 2**20) if limit else default_budget_bytes(lm.device))
     return _budget
 
 
@@ -149,7 +148,7 @@ def panels(session: Session | None, *, reused: bool = False):
 
 def _document(file: str | None, text: str | None):
     if file:
-        return load_document(file)
+        return load_document(file, config=CONFIG)
     if text and text.strip():
         return document_from_text(text)
     raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
@@ -261,9 +260,10 @@ with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
                 sample_btn = gr.Button("Load the sample", elem_id="sample")
             status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
             gr.Markdown(
-                f"<sub>Limits: files up to {MAX_FILE_BYTES // 2**20} MB; documents up to the model's context less "
-                f"{CONFIG.reserve_tokens} tokens for question and answer; questions up to "
-                f"{CONFIG.max_question_tokens} tokens; answers up to {CONFIG.max_new_tokens} tokens.</sub>"
+                f"<sub>Limits: files up to {CONFIG.max_file_mb:g} MB; documents up to the model's context less "
+                f"{CONFIG.reserve_tokens} tokens for question and answer; PDFs up to {CONFIG.max_pdf_pages:,} pages; "
+                f"questions up to {CONFIG.max_question_tokens} tokens; answers up to {CONFIG.max_new_tokens} tokens."
+                "</sub>"
             )
         with gr.Column(scale=3):
             chatbot = gr.Chatbot(label="Questions and answers", elem_id="chat", height=420, buttons=["copy"])
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"kvqa: {lm.name} on {lm.device} ({lm.dtype}), loaded in {lm.load_s:.1f} s")
     demo.queue(default_concurrency_limit=args.concurrency)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share,
-                max_file_size=MAX_FILE_BYTES, theme=gr.themes.Soft())
+                max_file_size=CONFIG.max_file_bytes, theme=gr.themes.Soft())
 
 
 if __name__ == "__main__":

@@ -15,9 +15,9 @@ import torch
 from .cache import new_cache
 from .config import Config
 from .documents import Document
-from .errors import BusyError, OutOfMemory, QuestionError
+from .errors import BusyError, QuestionError
 from .model import LoadedModel
-from .prefill import PrefilledDocument, check_fits, run_chunks
+from .prefill import PrefilledDocument, check_fits, out_of_memory_as_error, run_chunks
 from .prompt import ChatPrompt
 from .timing import Timings, now
 
@@ -57,8 +57,8 @@ def stream(
         raise BusyError("This document is still answering another question: wait for it, or press Stop.")
     try:
         started = now(lm.device)
-        with torch.no_grad(), _out_of_memory_as_error(lm):
-            logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
+        with out_of_memory_as_error(lm, "answering"):  # no torch.no_grad() here: grad mode is per thread, and
+            logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             yield from _decode(lm, logits, doc.cache, question=question, question_tokens=len(ids),
                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
                                started=started, used_cache=True, should_stop=should_stop)
@@ -89,7 +89,7 @@ def stream_without_cache(
     ids = prompt.prefix_ids(document.text) + question_ids(prompt, question, limit=config.max_question_tokens)
     check_fits(lm, len(ids), max_new_tokens)
     started = now(lm.device)
-    with torch.no_grad(), _out_of_memory_as_error(lm):
+    with out_of_memory_as_error(lm, "answering"):
         cache = new_cache(lm.config, len(ids) + max_new_tokens)
         logits = run_chunks(lm, ids, cache, chunk_size=len(ids))  # one forward over the whole prompt
         yield from _decode(lm, logits, cache, question=question, question_tokens=len(ids),
@@ -139,7 +139,8 @@ def _decode(lm, logits, cache, *, question, question_tokens, max_new_tokens, tem
                 yield piece
         if step + 1 < max_new_tokens:
             next_ids = torch.tensor([[token]], device=lm.device)  # (1, 1)
-            logits = lm.model(input_ids=next_ids, cache=cache, use_cache=True).logits[:, -1]
+            with torch.no_grad():
+                logits = lm.model(input_ids=next_ids, cache=cache, use_cache=True).logits[:, -1]
     total = now(lm.device) - started
     final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
     if final != text and final.startswith(text):
@@ -163,21 +164,3 @@ def _last(events: Iterator[str | Answer]) -> Answer:
         result = event
     assert isinstance(result, Answer)
     return result
-
-
-class _out_of_memory_as_error:
-    """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed."""
-
-    def __init__(self, lm: LoadedModel):
-        self.lm = lm
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, tb):
-        if kind is None or not (issubclass(kind, MemoryError) or issubclass(kind, torch.OutOfMemoryError)):
-            return False
-        if self.lm.device.type == "cuda":
-            torch.cuda.empty_cache()
-        raise OutOfMemory("The machine ran out of memory while answering: try a shorter document or question, "
-                          "or fewer new tokens. Your document is still loaded.") from None

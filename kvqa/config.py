@@ -26,6 +26,10 @@ class Config:
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve
     temperature: float = 0.0  # 0 is greedy: exact and repeatable
+    max_file_mb: float = 50.0  # largest upload or file read
+    max_pdf_pages: int = 2000
+    max_pdf_seconds: float = 120.0  # give up extracting a PDF's text after this long
+    cache_budget_mb: float | None = None  # all sessions' caches together; None: half the free RAM / GPU memory
     cache_dir: Path = field(default_factory=default_cache_dir)
 
     @property
@@ -33,28 +37,42 @@ class Config:
         """Tokens kept free after the document for one question and its answer."""
         return self.max_question_tokens + self.max_new_tokens
 
+    @property
+    def max_file_bytes(self) -> int:
+        return int(self.max_file_mb * 2**20)
 
-ENVIRONMENT = {"model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE",
-               "attn_implementation": "KVQA_ATTENTION", "chunk_size": "KVQA_CHUNK_SIZE",
-               "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS", "max_new_tokens": "KVQA_MAX_NEW_TOKENS"}
+
+ENVIRONMENT = {
+    "model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE", "attn_implementation": "KVQA_ATTENTION",
+    "chunk_size": "KVQA_CHUNK_SIZE", "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS",
+    "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
+    "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
+}
 
 
 def config_from_env(environ, **overrides) -> Config:
     """Config from defaults, then the KVQA_* variables in `environ`, then the overrides that are not None."""
-    from dataclasses import fields, replace
+    from dataclasses import replace
 
     from .errors import KvqaError
 
-    types = {f.name: f.type for f in fields(Config)}
+    defaults = Config()
     settings = {}
     for name, var in ENVIRONMENT.items():
-        if environ.get(var):
-            try:
-                settings[name] = int(environ[var]) if types[name] in ("int", int) else environ[var]
-            except ValueError:
-                raise KvqaError(f"{var} must be a whole number, not '{environ[var]}'.") from None
+        raw = environ.get(var, "").strip()
+        if not raw:
+            continue
+        kind = type(getattr(defaults, name))
+        kind = float if kind is type(None) else kind
+        try:
+            settings[name] = kind(raw) if kind in (int, float) else raw
+        except ValueError:
+            raise KvqaError(f"{var} must be a {'whole ' if kind is int else ''}number, not '{raw}'.") from None
     settings.update({k: v for k, v in overrides.items() if v is not None})
-    config = replace(Config(), **settings)
-    if config.chunk_size < 1 or config.max_new_tokens < 1 or config.max_question_tokens < 1:
-        raise KvqaError("The chunk size, max new tokens and max question tokens must each be at least 1.")
+    config = replace(defaults, **settings)
+    numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds")
+    low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
+    if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
+        raise KvqaError(f"{', '.join(low) or 'KVQA_CACHE_BUDGET_MB'}: must be above 0 (chunk size, token and "
+                        "size limits).")
     return config

@@ -9,15 +9,13 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import Config
 from .errors import DocumentError
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text")
 PDF_SUFFIXES = (".pdf",)
 SUPPORTED_SUFFIXES = TEXT_SUFFIXES + PDF_SUFFIXES
 
-MAX_FILE_BYTES = 50 * 1024 * 1024
-MAX_PDF_PAGES = 2000
-MAX_PDF_SECONDS = 120.0
 PAGE_BREAK = "\n\n[Page {n}]\n"  # keeps page boundaries visible to the model and to the reader
 
 # (BOM, codec), longest first so UTF-32-LE is not mistaken for UTF-16-LE
@@ -51,14 +49,9 @@ def document_from_text(text: str, *, name: str = "pasted text") -> Document:
     return Document(name=name, text=text)
 
 
-def load_document(
-    path: str | Path,
-    *,
-    max_bytes: int = MAX_FILE_BYTES,
-    max_pages: int = MAX_PDF_PAGES,
-    max_seconds: float = MAX_PDF_SECONDS,
-) -> Document:
-    """Read a .pdf, .txt or .md file into a Document; raises DocumentError with what to do if it cannot."""
+def load_document(path: str | Path, *, config: Config = Config()) -> Document:
+    """Read a .pdf, .txt or .md file into a Document, within config's size, page and time limits;
+    raises DocumentError with what to do if it cannot."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
@@ -68,9 +61,9 @@ def load_document(
         )
     try:
         size = path.stat().st_size
-        if size > max_bytes:
+        if size > config.max_file_bytes:
             raise DocumentError(
-                f"{path.name} is {size / 1e6:,.1f} MB; the limit is {max_bytes / 1e6:,.1f} MB. "
+                f"{path.name} is {size / 2**20:,.1f} MB; the limit is {config.max_file_mb:,.1f} MB. "
                 "Split the document or paste the part you need."
             )
         data = path.read_bytes()
@@ -83,7 +76,7 @@ def load_document(
     if not data:
         raise DocumentError(f"{path.name} is empty (0 bytes): choose a file with text in it.")
     if suffix in PDF_SUFFIXES:
-        text, pages = _pdf_text(data, path.name, max_pages=max_pages, max_seconds=max_seconds)
+        text, pages = _pdf_text(data, path.name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
     else:
         text, pages = decode_text(data, name=path.name), None
     text = _normalise(text)
@@ -159,7 +152,7 @@ def _normalise(text: str) -> str:
 def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> tuple[str, int]:
     """Extract a PDF's text page by page, with visible page breaks; returns (text, page count)."""
     import pypdf
-    from pypdf.errors import PdfReadError, PyPdfError
+    from pypdf.errors import LimitReachedError, PdfReadError, PyPdfError
 
     if b"%PDF-" not in data[:1024]:
         raise DocumentError(
@@ -190,12 +183,13 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
                     f"Reading the text of {name} took over {max_seconds:.0f} s (stopped at page {n} of {count}): "
                     "the PDF is too complex; export its text and upload that instead."
                 )
+            page.get_contents()  # raises LimitReachedError on a decompression bomb; extract_text would hide it
             page_text = page.extract_text() or ""
             page_texts.append(page_text)
             parts.append((PAGE_BREAK.format(n=n) if n > 1 else "") + page_text.strip("\n"))
     except DocumentError:
         raise
-    except MemoryError:
+    except (MemoryError, LimitReachedError):
         raise DocumentError(f"{name} expands to more data than kvqa can hold: upload its text instead.") from None
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as e:
         raise DocumentError(

@@ -157,7 +157,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if reason:
         raise ModelError(f"kvqa does not support {name}: {reason}. Choose a model with full attention in every "
                          "layer (Llama, Qwen2, SmolLM2...).")
-    model = model.to(device).eval()
+    model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
     text_config = model.config.get_text_config(decoder=True)
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])

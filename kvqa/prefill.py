@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -11,10 +12,13 @@ import torch
 from .cache import KVCache, bytes_per_token, new_cache
 from .config import Config
 from .documents import Document
-from .errors import DocumentTooLong
+from .errors import DocumentTooLong, OutOfMemory
 from .model import LoadedModel
 from .prompt import ChatPrompt
 from .timing import now
+
+
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer packs more than this on average: longer texts cannot fit
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,12 @@ def prefill(
 ) -> PrefilledDocument:
     """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each.
     admit(bytes), if given, is called before the cache is allocated and may refuse it by raising."""
+    if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
+        raise DocumentTooLong(
+            f"The document is {len(document.text):,} characters, far more than this model reads "
+            f"({lm.context_length:,} tokens, roughly {4 * lm.context_length:,} characters of English). "
+            "Load a shorter document or the part you need."
+        )
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
     reserve = config.reserve_tokens
@@ -74,8 +84,9 @@ def prefill(
     if admit is not None:
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
     started = now(lm.device)
-    cache = new_cache(lm.config, len(ids) + reserve)
-    run_chunks(lm, ids, cache, chunk_size=config.chunk_size, progress=progress)
+    with out_of_memory_as_error(lm, "reading the document"):
+        cache = new_cache(lm.config, len(ids) + reserve)
+        run_chunks(lm, ids, cache, chunk_size=config.chunk_size, progress=progress)
     prefill_s = now(lm.device) - started
     assert cache.length == len(ids) and cache.nbytes == bytes_per_token(lm.config, lm.dtype) * cache.capacity
     return PrefilledDocument(
@@ -90,6 +101,7 @@ def prefill(
     )
 
 
+@torch.no_grad()
 def run_chunks(
     lm: LoadedModel,
     ids: list[int],
@@ -107,3 +119,15 @@ def run_chunks(
         if progress is not None:
             progress(min(start + chunk_size, len(ids)) / len(ids))
     return logits
+
+
+@contextmanager
+def out_of_memory_as_error(lm: LoadedModel, doing: str) -> Iterator[None]:
+    """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError):
+        if lm.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise OutOfMemory(f"The machine ran out of memory while {doing}: try a shorter document or question, or "
+                          "fewer new tokens. Whatever was loaded before is still loaded.") from None

@@ -106,7 +106,44 @@ def test_missing_file_and_folder(tmp_path):
 
 def test_file_over_the_size_limit(tmp_path):
     with pytest.raises(kvqa.DocumentError, match="limit"):
-        kvqa.load_document(write(tmp_path, "big.txt", b"word " * 1000), max_bytes=1000)
+        kvqa.load_document(write(tmp_path, "big.txt", b"word " * 1000), config=kvqa.Config(max_file_mb=0.001))
+
+
+def test_pdf_page_and_time_limits(tmp_path):
+    path = write(tmp_path, "three.pdf", make_pdf(["one", "two", "three"]))
+    with pytest.raises(kvqa.DocumentError, match="3 pages; the limit is 2"):
+        kvqa.load_document(path, config=kvqa.Config(max_pdf_pages=2))
+    with pytest.raises(kvqa.DocumentError, match="took over"):
+        kvqa.load_document(path, config=kvqa.Config(max_pdf_seconds=1e-9))
+
+
+def bomb_pdf(expanded_bytes: int) -> bytes:
+    """A one-page PDF whose content stream is a few hundred KB compressed and `expanded_bytes` decompressed."""
+    import zlib
+
+    stream = zlib.compress(b"0 0 m " * (expanded_bytes // 6), 9)
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for n, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def test_pdf_that_decompresses_to_hundreds_of_megabytes(tmp_path):
+    data = bomb_pdf(300 * 2**20)
+    assert len(data) < 2 * 2**20
+    with pytest.raises(kvqa.DocumentError, match="expands to more data"):
+        kvqa.load_document(write(tmp_path, "bomb.pdf", data))
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\t\n"])

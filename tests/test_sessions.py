@@ -1,0 +1,129 @@
+"""Sessions under pressure: the cache budget and eviction, out-of-memory errors, session end, threads."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import pytest
+import torch
+
+import kvqa
+from kvqa.budget import CacheBudget
+from kvqa.cache import bytes_per_token
+from kvqa.session import Session
+
+CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
+DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)
+        for i, w in enumerate(["alpha", "bravo", "charlie"])]
+
+
+def answer(lm, session: Session, question: str, **kw) -> kvqa.Answer:
+    return list(session.ask(lm, question, config=CONFIG, **kw))[-1]
+
+
+def cache_bytes(lm, document) -> int:
+    prompt_tokens = len(kvqa.prefill(lm, document, config=CONFIG).ids)
+    return bytes_per_token(lm.config, lm.dtype) * (prompt_tokens + CONFIG.reserve_tokens)
+
+
+def test_least_recently_used_cache_is_evicted_and_rebuilt_on_the_next_question(tiny_lm):
+    one = cache_bytes(tiny_lm, DOCS[0])
+    budget = CacheBudget(int(one * 2.5))  # room for two documents
+    sessions = [Session(budget) for _ in DOCS]
+    sessions[0].load(tiny_lm, DOCS[0], config=CONFIG)
+    sessions[1].load(tiny_lm, DOCS[1], config=CONFIG)
+    fresh = answer(tiny_lm, sessions[0], "What is the code word?")  # session 0 is now the most recently used
+    sessions[2].load(tiny_lm, DOCS[2], config=CONFIG)  # evicts session 1, the least recently used
+    assert sessions[1].prefilled is None and sessions[1].document is DOCS[1]
+    assert sessions[0].prefilled is not None and budget.used_bytes <= budget.limit_bytes
+    rebuilt = []
+    again = answer(tiny_lm, sessions[1], "What is the code word?", on_rebuild=rebuilt.append)
+    assert len(rebuilt) == 1 and sessions[1].prefilled is rebuilt[0]
+    reference = Session()
+    reference.load(tiny_lm, DOCS[1], config=CONFIG)
+    assert again.token_ids == answer(tiny_lm, reference, "What is the code word?").token_ids
+    assert answer(tiny_lm, sessions[0], "What is the code word?").token_ids == fresh.token_ids
+
+
+def test_a_document_larger_than_the_budget_is_refused_with_both_numbers(tiny_lm):
+    session = Session(CacheBudget(1000))
+    with pytest.raises(kvqa.DocumentTooLong, match=r"needs [\d,.]+ MiB; the memory budget for caches is [\d,.]+ MiB"):
+        session.load(tiny_lm, DOCS[0], config=CONFIG)
+    assert session.document is None and session.prefilled is None
+
+
+def fail_with_oom(lm, monkeypatch, after_calls: int):
+    real, calls = lm.model.forward, []
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > after_calls:
+            raise torch.OutOfMemoryError("simulated")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+
+
+def test_out_of_memory_is_reported_and_the_session_keeps_serving(tiny_lm, monkeypatch):
+    session = Session(CacheBudget(10**12))
+    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    before = session.prefilled
+    fresh = answer(tiny_lm, session, "What is the code word?")
+    fail_with_oom(tiny_lm, monkeypatch, after_calls=0)
+    with pytest.raises(kvqa.OutOfMemory, match="ran out of memory while reading the document"):
+        session.load(tiny_lm, DOCS[1], config=CONFIG)
+    assert session.document is DOCS[0] and session.prefilled is before  # the old document is still there
+    monkeypatch.undo()
+    fail_with_oom(tiny_lm, monkeypatch, after_calls=2)
+    with pytest.raises(kvqa.OutOfMemory, match="while answering"):
+        answer(tiny_lm, session, "What is the code word?")
+    monkeypatch.undo()
+    assert session.prefilled.cache.length == session.prefilled.tokens
+    assert answer(tiny_lm, session, "What is the code word?").token_ids == fresh.token_ids
+
+
+def test_closing_a_session_frees_its_cache(tiny_lm):
+    budget = CacheBudget(10**12)
+    session = Session(budget)
+    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    cache = weakref.ref(session.prefilled.cache)
+    assert budget.used_bytes > 0
+    session.close()
+    gc.collect()
+    assert budget.used_bytes == 0 and cache() is None
+
+
+def test_an_answer_resumed_in_other_threads_is_the_same_and_builds_no_graph(tiny_lm):
+    """Gradio may run each step of a streaming handler in a different worker thread."""
+    session = Session()
+    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    expected = answer(tiny_lm, session, "What is the code word?")
+    events, results = session.ask(tiny_lm, "What is the code word?", config=CONFIG), []
+
+    def step():
+        try:
+            results.append(next(events))
+        except StopIteration:
+            results.append(None)
+
+    while not results or results[-1] is not None:
+        thread = threading.Thread(target=step)
+        thread.start()
+        thread.join()
+    assert results[-2].token_ids == expected.token_ids
+    assert not any(k.requires_grad or v.requires_grad for k, v in session.prefilled.cache.tensors())
+
+
+def test_a_session_does_one_thing_at_a_time(tiny_lm):
+    session = Session()
+    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    running = session.ask(tiny_lm, "What is the code word?", config=CONFIG)
+    next(running)
+    with pytest.raises(kvqa.BusyError):
+        answer(tiny_lm, session, "Another?")
+    with pytest.raises(kvqa.BusyError):
+        session.load(tiny_lm, DOCS[1], config=CONFIG)
+    running.close()
+    assert answer(tiny_lm, session, "Another?").text is not None
