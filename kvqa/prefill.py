@@ -48,6 +48,18 @@ class PrefilledDocument:
     def tokens_per_s(self) -> float:
         return self.tokens / self.prefill_s if self.prefill_s > 0 else 0.0
 
+    def to(self, device: torch.device | str) -> "PrefilledDocument":
+        """Move the cache to `device`, in place (ZeroGPU keeps it on the CPU between calls)."""
+        self.cache.to(device)
+        return self
+
+    def __getstate__(self) -> dict:  # crosses the ZeroGPU process boundary: everything but the lock
+        return {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in {**state, "lock": threading.Lock()}.items():
+            object.__setattr__(self, name, value)
+
 
 def check_fits(lm: LoadedModel, tokens: int, reserve: int) -> None:
     """Raise DocumentTooLong when a prefix of `tokens` plus the reserve exceeds the model's context."""

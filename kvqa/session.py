@@ -11,14 +11,15 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .answer import Answer, answer_without_cache, stream
+from .answer import Answer
 from .budget import CacheBudget
 from .config import Config
 from .documents import Document
 from .errors import BusyError, QuestionError
 from .model import LoadedModel
-from .prefill import PrefilledDocument, prefill
+from .prefill import PrefilledDocument
 from .timing import Timings
+from . import zerogpu
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ class Session:
                 self.prefilled = self._prefill(lm, self.document, config=config, progress=progress)
                 if on_rebuild is not None:
                     on_rebuild(self.prefilled)
-            events = stream(lm, self.prefilled, question, temperature=config.temperature,
-                            should_stop=self._stop.is_set)
+            events = zerogpu.run_stream(lm, self.prefilled, question, config=config, temperature=config.temperature,
+                                should_stop=self._stop.is_set)
             try:
                 for event in events:
                     if isinstance(event, Answer):
@@ -90,8 +91,9 @@ class Session:
                 events.close()  # a consumer that went away: the cache rolls back now, not at garbage collection
             measured = None
             if baseline and result.stop_reason != "stopped":
-                measured = answer_without_cache(lm, self.document, question, config=config,
-                                                prompt=self.prefilled.prompt, temperature=config.temperature).timings
+                measured = zerogpu.run_without_cache(lm, self.document, question, config=config,
+                                                     prompt=self.prefilled.prompt,
+                                                     temperature=config.temperature).timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
                                    stopped=result.stop_reason == "stopped"))
             yield result
@@ -113,7 +115,7 @@ class Session:
 
     def _prefill(self, lm, document, *, config, progress) -> PrefilledDocument:
         admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
-        prefilled = prefill(lm, document, config=config, progress=progress, admit=admit)
+        prefilled = zerogpu.run_prefill(lm, document, config=config, progress=progress, admit=admit)
         if self.budget is not None:
             self.budget.add(prefilled.cache_bytes, self)
         return prefilled

@@ -1,0 +1,121 @@
+"""ZeroGPU, as far as a machine without a GPU allows: a fake `spaces` whose decorator runs the function on pickled
+copies of its arguments and returns pickled copies of its results, as the real one does across processes."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import inspect
+import io
+import pickle
+import sys
+import types
+
+import pytest
+import torch
+
+import kvqa
+import kvqa.zerogpu
+from kvqa.session import Session
+
+CONFIG = kvqa.Config(max_new_tokens=16)
+TEXT = "The secret word is pelican. The museum opens at 9 am. " * 10
+
+
+class Crossing(pickle.Pickler):
+    """Pickles like the boundary does, recording every tensor that crosses it."""
+
+    def __init__(self, file, seen: list):
+        super().__init__(file)
+        self.seen = seen
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor):
+            self.seen.append(obj.device.type)
+        return None
+
+
+def cross(value, seen: list):
+    buffer = io.BytesIO()
+    Crossing(buffer, seen).dump(value)  # raises on anything unpicklable (a lock, a CUDA handle...)
+    return pickle.loads(buffer.getvalue())
+
+
+@pytest.fixture
+def fake_spaces(monkeypatch):
+    calls = {"durations": [], "tensors": []}
+
+    def GPU(task=None, *, duration=None):
+        def wrap(fn):
+            def call(*args, **kwargs):
+                seconds = duration(*args, **kwargs)
+                assert 0 < seconds <= 300
+                calls["durations"].append((fn.__name__, seconds))
+                args, kwargs = cross((args, kwargs), calls["tensors"])
+                result = fn(*args, **kwargs)
+                if inspect.isgenerator(result):
+                    return (cross(item, calls["tensors"]) for item in result)
+                return cross(result, calls["tensors"])
+            return call
+        return wrap(task) if task is not None else wrap
+
+    module = types.ModuleType("spaces")
+    module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
+    module.GPU = GPU
+    monkeypatch.setitem(sys.modules, "spaces", module)
+    importlib.reload(kvqa.zerogpu)
+    assert kvqa.zerogpu.ACTIVE
+    yield calls
+    monkeypatch.delitem(sys.modules, "spaces")
+    importlib.reload(kvqa.zerogpu)
+
+
+def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(default_lm, fake_spaces):
+    document = kvqa.document_from_text(TEXT)
+    session = Session()
+    session.load(default_lm, document, config=CONFIG)
+    assert session.prefilled.cache.layers[0].key_buffer.device.type == "cpu"
+    kept = [(k.clone(), v.clone()) for k, v in session.prefilled.cache.tensors()]
+    local = kvqa.prefill(default_lm, document, config=CONFIG)
+    for question in ["What is the secret word?", "When does the museum open?", "秘密的词是什么？"]:
+        answer = list(session.ask(default_lm, question, config=CONFIG))[-1]
+        assert answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+    names = [name for name, _ in fake_spaces["durations"]]
+    assert names == ["_prefill_on_gpu"] + ["_stream_on_gpu"] * 3
+    assert fake_spaces["tensors"] and set(fake_spaces["tensors"]) == {"cpu"}  # no CUDA tensor ever crossed
+    for (k, v), (k0, v0) in zip(session.prefilled.cache.tensors(), kept):  # the session's copy is untouched
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+
+
+def test_measured_baseline_runs_on_the_gpu_too(default_lm, fake_spaces):
+    session = Session()
+    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    answer = list(session.ask(default_lm, "What is the secret word?", config=CONFIG, baseline=True))[-1]
+    assert session.turns[-1].baseline is not None and session.turns[-1].baseline.new_tokens == answer.timings.new_tokens
+    assert [name for name, _ in fake_spaces["durations"]][-1] == "_answer_without_cache_on_gpu"
+
+
+def test_bad_questions_fail_before_the_gpu_is_asked_for(default_lm, fake_spaces):
+    session = Session()
+    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    with pytest.raises(kvqa.QuestionError):
+        list(session.ask(default_lm, "   ", config=CONFIG))
+    assert [name for name, _ in fake_spaces["durations"]] == ["_prefill_on_gpu"]
+
+
+def test_stop_on_zerogpu_ends_with_the_text_shown(default_lm, fake_spaces):
+    session = Session()
+    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    events = session.ask(default_lm, "Describe the document.", config=CONFIG)
+    first = next(events)
+    session.stop()
+    rest = list(events)
+    answer = rest[-1]
+    assert answer.stop_reason == "stopped" and answer.text.startswith(first)
+    assert session.turns[-1].stopped and session.prefilled.cache.length == session.prefilled.tokens
+
+
+def test_without_spaces_nothing_changes():
+    assert "spaces" not in sys.modules
+    assert kvqa.zerogpu.ACTIVE is False
+    assert kvqa.zerogpu._prefill_on_gpu.__name__ == "_prefill_on_gpu"
