@@ -14,7 +14,7 @@ from pathlib import Path
 import gradio as gr
 
 from kvqa import Answer, KvqaError, document_from_text, load_document, load_model
-from kvqa.budget import CacheBudget, default_budget_bytes
+from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.session import Session, speedup
 
@@ -29,8 +29,7 @@ def budget() -> CacheBudget:
     global _budget
     if _budget is None:
         lm = load_model(CONFIG)
-        limit = CONFIG.cache_budget_mb
-        _budget = CacheBudget(int(limit * 2**20) if limit else default_budget_bytes(lm.device))
+        _budget = budget_for(lm, CONFIG.cache_budget_mb)
     return _budget
 
 

@@ -649,7 +649,7 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
         if not plot.parent.is_dir():
             raise BenchError(f"Cannot write the plot to {plot}: folder {plot.parent} does not exist.")
     if args.doc:
-        document = load_document(args.doc)
+        document = load_document(args.doc, config=config)
         text, name = document.text, document.name
     else:
         if not SAMPLE_DOCUMENT.is_file():

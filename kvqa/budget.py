@@ -21,6 +21,16 @@ def default_budget_bytes(device: torch.device) -> int:
     return int(psutil.virtual_memory().available * 0.5)
 
 
+def budget_for(lm, limit_mb: float | None) -> "CacheBudget":
+    """limit_mb if set, else half the free memory where caches live: the GPU, or the CPU (also on ZeroGPU, which
+    keeps them there between calls)."""
+    from . import zerogpu
+
+    if limit_mb:
+        return CacheBudget(int(limit_mb * 2**20))
+    return CacheBudget(default_budget_bytes(torch.device("cpu") if zerogpu.ACTIVE else lm.device))
+
+
 class CacheBudget:
     """Tracks the bytes of every live prefilled cache by owner (a session), in least-recently-used order."""
 

@@ -6,9 +6,8 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 
-from .config import Config
+from .config import Config, config_from_env
 from .errors import KvqaError
 
 EXIT_USER_ERROR = 2
@@ -38,18 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
-    settings = {}
-    env = {"model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE"}
-    for name, var in env.items():
-        if os.environ.get(var):
-            settings[name] = os.environ[var]
-    for name in ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature"):
-        value = getattr(args, name, None)
-        if value is not None:
-            settings[name] = value
-    if settings.get("chunk_size", 1) < 1 or settings.get("max_new_tokens", 1) < 1:
-        raise KvqaError("--chunk-size and --max-new-tokens must be at least 1.")
-    return replace(Config(), **settings)
+    flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature")
+    return config_from_env(os.environ, **{name: getattr(args, name, None) for name in flags})
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -62,7 +51,7 @@ def _ask(args: argparse.Namespace) -> int:
     if args.doc == "-":
         document = document_from_text(decode_text(sys.stdin.buffer.read(), name="standard input"), name="stdin")
     else:
-        document = load_document(args.doc)
+        document = load_document(args.doc, config=config)
     questions = args.question
     for q in questions:
         if not q.strip():
@@ -102,6 +91,14 @@ def _ask(args: argparse.Namespace) -> int:
     else:
         _print_summary(result, no_cache=args.no_cache)
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose, report
+
+    checks = diagnose(config_from(args), os.environ)
+    print(report(checks, as_json=args.json))
+    return 1 if any(c.problem for c in checks) else 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -154,6 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG of TTFT against context length")
     bench.set_defaults(run=_bench)
+    doctor = commands.add_parser("doctor", help="show what kvqa will use here, and how to fix what is wrong")
+    _add_model_flags(doctor)
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(run=_doctor)
     return parser
 
 

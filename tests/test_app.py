@@ -100,3 +100,24 @@ def test_gradio_client_sessions_each_get_their_own_document(server, tmp_path):
     assert "quentin" in answer_b.lower()
     with pytest.raises(Exception, match="No document is loaded"):
         Client(server, verbose=False).predict(question="Anything?", api_name="/ask")
+
+
+def test_a_client_that_goes_away_mid_answer_leaves_the_session_exact(server):
+    client = Client(server, verbose=False)
+    client.predict(text=DOC_A, api_name="/prefill")
+    fresh = client.predict(question="What is the secret word?", api_name="/ask")
+    job = client.submit(question="Describe the document in detail.", api_name="/ask")
+    job.cancel()  # what a closed tab or a dropped connection does
+    assert client.predict(question="What is the secret word?", api_name="/ask") == fresh
+
+
+def test_ending_a_session_frees_its_cache(default_lm):
+    import gc
+    import weakref
+
+    session, *_ = app.on_paste(DOC_B, None)
+    cache = weakref.ref(session.prefilled.cache)
+    used = app.budget().used_bytes
+    app.close_session(session)  # gr.State's delete_callback, when the tab closes or the time-to-live passes
+    gc.collect()
+    assert cache() is None and app.budget().used_bytes < used

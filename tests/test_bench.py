@@ -118,7 +118,7 @@ def test_shipped_llama_config_is_llama_3_2_3b():
     (["--contexts", "0"], "--contexts"),
     (["--questions", "0"], "--questions"),
     (["--questions", "99"], "--questions"),
-    (["--max-new-tokens", "0"], "at least 1"),
+    (["--max-new-tokens", "0"], "above 0"),
     (["--random-init", "no-such-config"], "No config file"),
     (["--plot", "/no/such/folder/x.png"], "does not exist"),
     (["--doc", "missing.txt"], "No such file"),

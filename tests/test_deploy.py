@@ -1,0 +1,70 @@
+"""Deployment: the Space's front matter agrees with requirements.txt, the Spaces default model, and `kvqa doctor`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
+
+ROOT = Path(__file__).parent.parent
+
+
+def front_matter() -> dict:
+    text = (ROOT / "README.md").read_text()
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    assert match, "README.md must start with the Space's YAML front matter"
+    return yaml.safe_load(match.group(1))
+
+
+def pins() -> dict[str, str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+
+
+def test_front_matter_is_a_valid_space_config_that_agrees_with_requirements():
+    meta = front_matter()
+    assert meta["sdk"] == "gradio" and meta["sdk_version"] == pins()["gradio"]
+    assert (ROOT / meta["app_file"]).exists() and meta["app_file"] == "app.py"
+    assert str(meta["python_version"]) == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert SPACES_DEFAULT_MODEL in meta["models"] and "meta-llama/Llama-3.2-3B-Instruct" in meta["models"]
+    assert meta["title"] and 0 < len(meta["short_description"]) <= 60
+
+
+def test_requirements_install_on_a_space_as_they_are():
+    text = "\n".join(line for line in (ROOT / "requirements.txt").read_text().splitlines()
+                     if not line.startswith("#"))
+    assert text.strip() and "file:" not in text and "-e " not in text and "/work" not in text and "--no-deps" not in text
+
+
+def test_default_model_offline_and_on_a_space():
+    assert config_from_env({}).model == DEFAULT_MODEL
+    assert config_from_env({"SPACE_ID": "someone/kvqa"}).model == SPACES_DEFAULT_MODEL
+    assert config_from_env({"SPACE_ID": "x/y", "KVQA_MODEL": "meta-llama/Llama-3.2-3B-Instruct"}).model == \
+        "meta-llama/Llama-3.2-3B-Instruct"
+
+
+def doctor(env: dict) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run([sys.executable, "-m", "kvqa", "doctor"], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **env}, timeout=300)
+
+
+def test_doctor_on_this_cpu_machine(default_lm):
+    run = doctor({})
+    assert run.returncode == 0, run.stdout + run.stderr
+    for name in ("model", "device", "dtype", "attention", "context", "memory budget", "ZeroGPU", "HF token"):
+        assert re.search(rf"^{name}\s", run.stdout, re.M), name
+    assert "cpu" in run.stdout and "float32" in run.stdout and "8,192 tokens" in run.stdout
+    assert "no problems found" in run.stdout
+
+
+def test_doctor_names_the_next_step_for_a_gated_model_without_a_token():
+    run = doctor({"KVQA_MODEL": "meta-llama/Llama-3.2-3B-Instruct", "HF_TOKEN": ""})
+    assert run.returncode == 1
+    assert "is gated" in run.stdout and "set HF_TOKEN" in run.stdout and "Traceback" not in run.stderr
