@@ -189,12 +189,12 @@ def on_sample(session, progress=gr.Progress()):
 
 def on_ask(question, session, baseline, progress=gr.Progress()):
     """UI: stream the answer into the chat, then its latency."""
-    before = panels(session)
     if session is None:
         raise gr.Error("No document is loaded yet: upload a file, paste text, or load the sample first.",
                        print_exception=False)
     lm = load_model(CONFIG)
-    history = chat_messages(session) + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
+    chat_before = chat_messages(session)
+    history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
     text = ""
     try:
         for event in session.ask(lm, question, config=CONFIG, baseline=bool(baseline),
@@ -206,12 +206,12 @@ def on_ask(question, session, baseline, progress=gr.Progress()):
                 continue
             text += event
             history[-1] = {"role": "assistant", "content": text}
-            yield session, "", history, *before[2:]
+            yield session, "", history, *[gr.skip()] * 4  # only the chat changes while streaming
     except KvqaError as e:
-        yield session, question, before[1], *before[2:]
+        yield session, question, chat_before, *[gr.skip()] * 4
         raise gr.Error(str(e), print_exception=False) from None
     status, chat, summary, table, plot = panels(session)
-    yield session, "", chat, summary, table, plot
+    yield session, "", chat, status, summary, table, plot
 
 
 def on_stop(session):
@@ -286,7 +286,7 @@ with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
     upload.upload(on_upload, [upload, session_state], [session_state, *shown], api_visibility="private")
     read_btn.click(on_paste, [pasted, session_state], [session_state, *shown], api_visibility="private")
     sample_btn.click(on_sample, [session_state], [session_state, *shown], api_visibility="private")
-    ask_outputs = [session_state, question_box, chatbot, summary, table, plot]
+    ask_outputs = [session_state, question_box, chatbot, status, summary, table, plot]
     for trigger in (ask_btn.click, question_box.submit):
         trigger(on_ask, [question_box, session_state, baseline_box], ask_outputs, api_visibility="private")
     stop_btn.click(on_stop, [session_state], None, queue=False, api_visibility="private")

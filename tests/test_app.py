@@ -37,7 +37,7 @@ def test_paste_prefills_once_and_shows_figures(session):
 def test_ask_streams_then_shows_latency(session):
     steps = list(app.on_ask("What is the secret word?", session, False))
     assert len(steps) >= 3  # streamed: several partial updates before the final one
-    _, box, chat, summary, table, plot = steps[-1]
+    _, box, chat, status, summary, table, plot = steps[-1]
     assert box == "" and chat[-2] == {"role": "user", "content": "What is the secret word?"}
     assert "pelican" in chat[-1]["content"].lower() and "first token" in chat[-1]["content"]
     assert "estimated" in summary and len(table) == 1 and plot is not None
@@ -52,7 +52,7 @@ def test_questions_are_independent(session):
 
 
 def test_baseline_switch_measures_the_speedup(session):
-    _, _, _, summary, table, _ = drain(app.on_ask("What is the secret word?", session, True))
+    _, _, _, _, summary, table, _ = drain(app.on_ask("What is the secret word?", session, True))
     assert "measured" in summary and table[-1][7] is not None and "measured" in table[-1][8]
 
 
