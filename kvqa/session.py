@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .answer import Answer
@@ -120,22 +121,14 @@ class Session:
             self.budget.add(prefilled.cache_bytes, self)
         return prefilled
 
-    def _exclusive(self):
+    @contextmanager
+    def _exclusive(self) -> Iterator[None]:
         if not self._busy.acquire(blocking=False):
             raise BusyError("This session is still working on a previous request: wait for it, or press Stop.")
-        return _Release(self._busy)
-
-
-class _Release:
-    def __init__(self, lock: threading.Lock):
-        self.lock = lock
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.lock.release()
-        return False
+        try:
+            yield
+        finally:
+            self._busy.release()
 
 
 def speedup(turn: Turn, prefill_s: float) -> tuple[float, bool]:
