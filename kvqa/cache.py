@@ -50,6 +50,23 @@ class _BufferLayer(DynamicLayer):
             self.keys = self.key_buffer[:, :, :length]
             self.values = self.value_buffer[:, :, :length]
 
+    def __getstate__(self) -> dict:
+        """Pickle (the ZeroGPU boundary) only the filled part of the buffers, once: not the reserve, not views."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("keys", "values")}
+        if self.is_initialized:
+            state["key_buffer"] = self.key_buffer[:, :, : self.length].clone()
+            state["value_buffer"] = self.value_buffer[:, :, : self.length].clone()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.is_initialized:
+            filled_keys, filled_values = self.key_buffer, self.value_buffer
+            self.lazy_initialization(filled_keys, filled_values)  # full-capacity buffers again
+            self.key_buffer[:, :, : self.length].copy_(filled_keys)
+            self.value_buffer[:, :, : self.length].copy_(filled_values)
+        self._set_length(self.length)
+
     def to(self, device: torch.device) -> None:
         if self.is_initialized:
             self.key_buffer = self.key_buffer.to(device)

@@ -56,7 +56,8 @@ def _ask(args: argparse.Namespace) -> int:
     for q in questions:
         if not q.strip():
             raise KvqaError("A question is empty: give each -q some text.")
-    say = (lambda *a, **k: None) if args.json else (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True))
+    chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
+    say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
     say(f"loading {config.model} ...")
     lm = load_model(config)
     say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
@@ -65,7 +66,7 @@ def _ask(args: argparse.Namespace) -> int:
         run = lambda q: stream_without_cache(lm, document, q, config=config, temperature=config.temperature)
     else:
         doc = prefill(lm, document, config=config,
-                      progress=None if args.json else lambda f: say(f"\rprefill {f:4.0%}", end=""))
+                      progress=lambda f: say(f"\rprefill {f:4.0%}", end=""))
         say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
             f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
         result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes)

@@ -119,3 +119,16 @@ def test_without_spaces_nothing_changes():
     assert "spaces" not in sys.modules
     assert kvqa.zerogpu.ACTIVE is False
     assert kvqa.zerogpu._prefill_on_gpu.__name__ == "_prefill_on_gpu"
+
+
+def test_the_cache_crosses_once_and_without_its_reserve(default_lm):
+    doc = kvqa.prefill(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    filled = sum(k.nbytes + v.nbytes for k, v in doc.cache.tensors())
+    data = pickle.dumps(doc)
+    assert filled < len(data) < filled + 8 * 2**20  # the filled part once (views and reserve not duplicated)
+    back = pickle.loads(data)
+    assert back.cache.capacity == doc.cache.capacity and back.cache.nbytes == doc.cache.nbytes
+    for (k, v), (k0, v0) in zip(back.cache.tensors(), doc.cache.tensors()):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert kvqa.answer(default_lm, back, "What is the secret word?").token_ids == \
+        kvqa.answer(default_lm, doc, "What is the secret word?").token_ids
