@@ -1,0 +1,42 @@
+"""Which models kvqa takes, and how device and dtype are chosen."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import MistralConfig, MistralForCausalLM
+
+import kvqa
+from kvqa.model import choose_device, choose_dtype, prepare
+
+
+def tiny_mistral(sliding_window):
+    config = MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=sliding_window)
+    return MistralForCausalLM(config)
+
+
+def test_sliding_window_models_are_refused_with_a_reason(default_lm):
+    with pytest.raises(kvqa.ModelError, match="sliding_attention layers, whose cache kvqa cannot roll back"):
+        prepare(tiny_mistral(4096), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
+    lm = prepare(tiny_mistral(None), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
+    assert lm.context_length > 0 and not any(p.requires_grad for p in lm.model.parameters())
+
+
+def test_device_and_dtype_choice_on_a_cpu_machine():
+    if not torch.cuda.is_available():
+        assert choose_device("auto") == torch.device("cpu")
+    assert choose_dtype("auto", torch.device("cpu")) == torch.float32
+    assert choose_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    with pytest.raises(kvqa.ModelError, match="Unknown dtype"):
+        choose_dtype("float8", torch.device("cpu"))
+    with pytest.raises(kvqa.ModelError, match="Unknown device"):
+        choose_device("tpu:0")
+    if not torch.cuda.is_available():
+        with pytest.raises(kvqa.ModelError, match="no CUDA GPU"):
+            choose_device("cuda")
+
+
+def test_a_model_that_cannot_be_found_says_what_to_do(tmp_path):
+    with pytest.raises(kvqa.ModelError, match="Could not load model"):
+        kvqa.load_model(kvqa.Config(model=str(tmp_path / "no-such-model")))
