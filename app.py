@@ -13,14 +13,17 @@ from pathlib import Path
 
 import gradio as gr
 
-from kvqa import Answer, KvqaError, document_from_text, load_document, load_model
+from kvqa import Answer, KvqaError, QuestionError, document_from_text, load_document, load_model
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.session import Session, speedup
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
 SESSION_TTL_S = float(os.environ.get("KVQA_SESSION_TTL", 3600))
-CONFIG: Config = config_from_env(os.environ)
+try:
+    CONFIG: Config = config_from_env(os.environ)
+except KvqaError as e:  # a bad KVQA_* variable: say which, without a traceback
+    raise SystemExit(f"kvqa: {e}") from None
 _budget: CacheBudget | None = None
 
 
@@ -163,12 +166,18 @@ def _read(file, text, session, progress) -> tuple[Session, bool]:
     return session, changed
 
 
+def warn(error: KvqaError, outputs: int) -> tuple:
+    """Show the error's message as a warning and change nothing on screen (gr.Error would mark every output)."""
+    gr.Warning(str(error))
+    return (gr.skip(),) * outputs
+
+
 def on_load(file, text, session, progress=gr.Progress()):
     """UI: read a document (upload or paste) once; show its figures."""
     try:
         session, changed = _read(file, text, session, progress)
     except KvqaError as e:
-        raise gr.Error(str(e), print_exception=False) from None
+        return warn(e, 6)
     return session, *panels(session, reused=not changed)
 
 
@@ -190,8 +199,8 @@ def on_sample(session, progress=gr.Progress()):
 def on_ask(question, session, baseline, progress=gr.Progress()):
     """UI: stream the answer into the chat, then its latency."""
     if session is None:
-        raise gr.Error("No document is loaded yet: upload a file, paste text, or load the sample first.",
-                       print_exception=False)
+        yield warn(QuestionError("No document is loaded yet: upload a file, paste text, or load the sample first."), 7)
+        return
     lm = load_model(CONFIG)
     chat_before = chat_messages(session)
     history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
@@ -207,9 +216,9 @@ def on_ask(question, session, baseline, progress=gr.Progress()):
             text += event
             history[-1] = {"role": "assistant", "content": text}
             yield session, "", history, *[gr.skip()] * 4  # only the chat changes while streaming
-    except KvqaError as e:
-        yield session, question, chat_before, *[gr.skip()] * 4
-        raise gr.Error(str(e), print_exception=False) from None
+    except KvqaError as e:  # the chat goes back to what it was; the question stays in its box
+        yield session, question, chat_before, *warn(e, 4)
+        return
     status, chat, summary, table, plot = panels(session)
     yield session, "", chat, status, summary, table, plot
 

@@ -56,24 +56,34 @@ def test_baseline_switch_measures_the_speedup(session):
     assert "measured" in summary and table[-1][7] is not None and "measured" in table[-1][8]
 
 
-def test_errors_leave_the_session_as_it_was(session, tmp_path):
-    before = (session.document, session.prefilled, list(session.turns))
+def is_skip(update) -> bool:
+    return update == gr.skip()
+
+
+def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(session, tmp_path):
     drain(app.on_ask("What is the secret word?", session, False))
     before = (session.document, session.prefilled, list(session.turns))
+    chat = app.chat_messages(session)
     bad = tmp_path / "bad.pdf"
     bad.write_bytes(b"not a pdf at all")
-    for action in (lambda: app.on_upload(str(bad), session), lambda: app.on_paste("   ", session),
-                   lambda: drain(app.on_ask("   ", session, False)),
-                   lambda: drain(app.on_ask("x" * 30_000, session, False))):
-        with pytest.raises(gr.Error):
-            action()
+    for action, message in ((lambda: app.on_upload(str(bad), session), "not a PDF"),
+                            (lambda: app.on_paste("   ", session), "Nothing to read"),
+                            (lambda: drain(app.on_ask("   ", session, False)), "question is empty"),
+                            (lambda: drain(app.on_ask("x" * 30_000, session, False)), "30,000 characters")):
+        with pytest.warns(UserWarning, match=message):  # shown as a toast by Gradio
+            outputs = action()
         assert (session.document, session.prefilled, list(session.turns)) == before
         assert session.prefilled.cache.length == session.prefilled.tokens
+        if len(outputs) == 6:  # loading: nothing on screen changes
+            assert all(is_skip(o) for o in outputs)
+        else:  # asking: the chat is put back as it was, the question stays in its box
+            assert outputs[2] == chat and all(is_skip(o) for o in outputs[3:])
 
 
 def test_asking_before_any_document_is_a_message_not_a_trace():
-    with pytest.raises(gr.Error, match="No document is loaded"):
-        drain(app.on_ask("Hello?", None, False))
+    with pytest.warns(UserWarning, match="No document is loaded"):
+        outputs = drain(app.on_ask("Hello?", None, False))
+    assert all(is_skip(o) for o in outputs)
 
 
 def test_stop_ends_the_answer_and_keeps_the_cache(session):

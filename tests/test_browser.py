@@ -58,3 +58,13 @@ def test_upload_ask_twice_and_see_latency(server, page):
     page.locator("#latency-plot").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot.png"), full_page=True)
+
+
+def test_a_bad_upload_shows_a_warning_and_keeps_the_document(server, page, tmp_path):
+    """Runs after the test above, in the same page: the sample is loaded and two answers are shown."""
+    bad = tmp_path / "scan.pdf"
+    bad.write_bytes(b"this is not a PDF")
+    page.locator("#upload input[type=file]").set_input_files(str(bad))
+    page.get_by_text("scan.pdf is named .pdf but is not a PDF").wait_for(timeout=60_000)
+    assert "declaration-of-independence.md" in page.locator("#doc-status").inner_text()
+    assert page.locator('[data-testid="bot"]').count() == 2
