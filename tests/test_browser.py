@@ -64,6 +64,7 @@ def test_a_bad_upload_shows_a_warning_and_keeps_the_document(server, page, tmp_p
     """Runs after the test above, in the same page: the sample is loaded and two answers are shown."""
     bad = tmp_path / "scan.pdf"
     bad.write_bytes(b"this is not a PDF")
+    page.locator("#upload").get_by_label("Clear").click()  # the previous upload, so the file input is back
     page.locator("#upload input[type=file]").set_input_files(str(bad))
     page.get_by_text("scan.pdf is named .pdf but is not a PDF").wait_for(timeout=60_000)
     assert "declaration-of-independence.md" in page.locator("#doc-status").inner_text()
