@@ -61,7 +61,9 @@ def status_markdown(session: Session | None, *, reused: bool = False) -> str:
         f"- document tokens: **{doc.tokens:,}**\n"
         f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
         f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {CONFIG.reserve_tokens:,} question and "
-        f"answer tokens)"
+        f"answer tokens)\n"
+        f"- memory for all sessions' caches: {budget().used_bytes / 2**20:,.0f} of "
+        f"{budget().limit_bytes / 2**20:,.0f} MB in use"
     )
 
 
