@@ -53,7 +53,7 @@ def _ask(args: argparse.Namespace) -> int:
     else:
         document = load_document(args.doc, config=config)
     questions = args.question
-    for q in questions:
+    for q in questions:  # checked again when answering; here so that it fails before the model loads
         if not q.strip():
             raise KvqaError("A question is empty: give each -q some text.")
     chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line

@@ -80,12 +80,7 @@ def load_document(path: str | Path, *, config: Config = Config()) -> Document:
     else:
         text, pages = decode_text(data, name=path.name), None
     text = _normalise(text)
-    if not text.strip():
-        if pages is not None:
-            raise DocumentError(
-                f"{path.name} has no text layer (it is probably scanned images): "
-                "run it through OCR first, or paste its text."
-            )
+    if not text.strip():  # a PDF without text has been refused by _pdf_text already
         raise DocumentError(f"{path.name} holds only whitespace: choose a file with text in it.")
     return Document(name=path.name, text=text, pages=pages)
 
