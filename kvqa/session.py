@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .answer import Answer
-from .budget import CacheBudget
+from .budget import CacheBudget, release_memory
 from .config import Config
 from .documents import Document
 from .errors import BusyError, QuestionError
@@ -109,6 +109,7 @@ class Session:
         if self.budget is not None:
             self.budget.release(self)
         self.prefilled = None
+        release_memory()
 
     def evict(self) -> None:
         """Drop the cache to free memory; the document's text is kept and is prefilled again when next asked."""

@@ -1,0 +1,48 @@
+"""Sessions that end free their caches: the app's memory returns near its baseline once their time-to-live passes
+(shortened here to a few seconds), through gr.State's delete_callback."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from gradio_client import Client
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+from load_test import Server  # noqa: E402
+
+SAMPLE = Path(__file__).parent.parent / "assets" / "declaration-of-independence.md"
+
+
+def rss(pid: int) -> int:
+    return psutil.Process(pid).memory_info().rss
+
+
+def test_memory_returns_near_its_baseline_after_sessions_expire(monkeypatch, default_lm):
+    monkeypatch.setenv("KVQA_SESSION_TTL", "4")
+    server = Server(max_new_tokens=8, concurrency=None)
+    try:
+        server.wait_ready(time.monotonic() + 180)
+        warm = Client(server.url, verbose=False)  # loads everything a session needs once, then expires too
+        warm.predict(text="A warm-up document.", api_name="/prefill")
+        time.sleep(8)
+        baseline = rss(server.pid)
+        clients = [Client(server.url, verbose=False) for _ in range(4)]
+        cache_bytes = 0
+        for n, client in enumerate(clients):  # four different documents: four caches of ~110 MB
+            status = client.predict(text=SAMPLE.read_text() + f"\nCopy {n}.", api_name="/prefill")
+            cache_bytes += int(re.search(r"cache (\d+) bytes", status).group(1))
+        loaded = rss(server.pid)
+        assert loaded - baseline > 0.5 * cache_bytes, (baseline, loaded, cache_bytes)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and rss(server.pid) - baseline > 0.25 * (loaded - baseline):
+            time.sleep(1)
+        after = rss(server.pid)
+        print(f"server RSS: baseline {baseline / 2**20:.0f} MiB, 4 sessions {loaded / 2**20:.0f} MiB "
+              f"(caches {cache_bytes / 2**20:.0f} MiB), after they expired {after / 2**20:.0f} MiB")
+        assert after - baseline < 0.25 * (loaded - baseline), (baseline, loaded, after)
+    finally:
+        server.stop()
