@@ -242,14 +242,17 @@ def api_prefill(file: str | None = None, text: str | None = None, session=None, 
 
 
 def api_ask(question: str, session=None):
-    """API: answer a question about this client's document; returns the answer text."""
+    """API: answer a question about this client's document, streaming: each update is the answer so far, the last
+    one the whole answer (client.predict returns it; client.submit iterates the updates)."""
     if session is None:
         raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
+    text = ""
     try:
-        events = list(session.ask(load_model(CONFIG), question, config=CONFIG))
+        for event in session.ask(load_model(CONFIG), question, config=CONFIG):
+            text = event.text if isinstance(event, Answer) else text + event
+            yield text, session
     except KvqaError as e:
         raise gr.Error(str(e), print_exception=False) from None
-    return events[-1].text, session
 
 
 # ---- layout -------------------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ proves which document it came from. All sessions run at once, one thread each.
 Reported (per /ask, as the client sees it): queue_wait_s, from submit until the client hears that processing
 started (each status update is observed as the client receives it, and Job.status() is also polled every 20 ms;
 a busy server may send that message late), and
-time_to_result_s, from submit to the whole answer. /ask is not streamed, so time_to_result_s is also the client's
-time to first token; the server-side time to first token of each answer is shown in the UI's latency table, and
-the public API does not return it. Also: answered, failed (the server answered with an error message), lost
+first_text_s, from submit until the client receives the first piece of the streamed answer (its time to first
+token, queue wait included), and time_to_result_s, from submit to the whole answer; the server-side time to first
+token of each answer is shown in the UI's latency table, and the public API does not return it. Also: answered, failed (the server answered with an error message), lost
 (submitted but neither answered nor failed with an error by the end, e.g. cancelled when --timeout passed; must
 be 0), cross_talk (answers naming another session's code word, or a code answer without its own; must be 0), and
 the server process's peak resident memory (RSS, with its children), sampled with psutil every 50 ms while the run
@@ -86,9 +86,9 @@ OTHER_QUESTIONS = [
     "What does the museum display?",
 ]
 RUNNING = ("PROCESSING", "PROGRESS", "ITERATING")  # status codes that mean the job left the queue
-NOTE = ("/ask is not streamed: time_to_result_s (submit to whole answer) is also the client's time to first token. "
-        "The server-side time to first token of each answer is shown in the UI's latency table; the public API "
-        "does not return it.")
+NOTE = ("/ask streams: first_text_s is from submit to the client's first piece of the answer (queue wait "
+        "included), time_to_result_s to the whole answer. The server-side time to first token of each answer, "
+        "without the queue, is shown in the UI's latency table; the public API does not return it.")
 
 assert len(set(WORDS)) == len(WORDS) == MAX_SESSIONS
 assert not any(a != b and a in b for a in WORDS for b in WORDS)
@@ -281,6 +281,7 @@ class Call:
     answer: str | None = None
     error: str | None = None
     queue_wait_s: float | None = None
+    first_text_s: float | None = None
     time_to_result_s: float | None = None
     queue_size_seen: int = 0
 
@@ -293,6 +294,7 @@ class StatusWatch:
 
     def __init__(self, job):
         self.started: datetime | None = None  # when the client heard that processing started
+        self.first_output: datetime | None = None  # when the first streamed piece of the answer arrived
         self.queue_size = 0
         communicator = getattr(job, "communicator", None)
         updates = getattr(communicator, "updates", None)
@@ -314,6 +316,8 @@ class StatusWatch:
             self.queue_size = max(self.queue_size, update.queue_size)
         if self.started is None and code.name in RUNNING:
             self.started = update.time or datetime.now()
+        if self.first_output is None and code.name == "ITERATING":
+            self.first_output = update.time or datetime.now()
 
 
 def run_call(job, call: Call, submitted: datetime, deadline: float, stop: threading.Event) -> None:
@@ -335,6 +339,7 @@ def run_call(job, call: Call, submitted: datetime, deadline: float, stop: thread
     call.time_to_result_s = (done - submitted).total_seconds()
     if watch.started is not None:
         call.queue_wait_s = (min(watch.started, done) - submitted).total_seconds()
+    call.first_text_s = ((min(watch.first_output, done) if watch.first_output else done) - submitted).total_seconds()
     try:
         result = job.result(timeout=0)
     except Exception as e:  # the server's gr.Error message, or a client-side failure
@@ -460,6 +465,7 @@ def summarize(runs: list[SessionRun], *, sessions: int, questions_per_session: i
                                                 if c.state == "answered"])},
         "queue_wait_s": spread([c.queue_wait_s for c in answered if c.queue_wait_s is not None]),
         "queue_wait_missing": sum(c.queue_wait_s is None for c in answered),  # never heard 'processing started'
+        "first_text_s": spread([c.first_text_s for c in answered]),
         "time_to_result_s": spread([c.time_to_result_s for c in answered]),
         "max_queue_size_seen": max([c.queue_size_seen for r in runs for c in r.calls], default=0),
         "wall_s": round(wall_s, 3),
@@ -493,6 +499,7 @@ def text_report(r: dict) -> str:
         f"/ask queue wait:      {fmt(r['queue_wait_s'])}"
         + (f"; {r['queue_wait_missing']} answers without a 'processing started' status"
            if r["queue_wait_missing"] else ""),
+        f"/ask first text:      {fmt(r['first_text_s'])}",
         f"/ask time to result:  {fmt(r['time_to_result_s'])}",
         f"run:        {r['wall_s']:.1f} s wall, {r['answers_per_s'] or 0:.2f} answers/s, largest queue seen "
         f"{r['max_queue_size_seen']}",

@@ -131,3 +131,13 @@ def test_ending_a_session_frees_its_cache(default_lm):
     app.close_session(session)  # gr.State's delete_callback, when the tab closes or the time-to-live passes
     gc.collect()
     assert cache() is None and app.budget().used_bytes < used
+
+
+def test_ask_streams_to_api_clients(server):
+    client = Client(server, verbose=False)
+    client.predict(text=DOC_A, api_name="/prefill")
+    job = client.submit(question="Describe the document.", api_name="/ask")
+    final = job.result()
+    updates = job.outputs()
+    assert len(updates) > 2 and updates[-1] == final
+    assert all(later.startswith(earlier) for earlier, later in zip(updates, updates[1:]))

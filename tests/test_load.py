@@ -41,10 +41,12 @@ def test_two_sessions_two_questions_all_answered_without_cross_talk():
     assert report["planned"] == report["submitted"] == report["answered"] == 4
     assert report["failed"] == report["lost"] == report["not_submitted"] == report["cross_talk"] == 0
     assert report["prefill"] == {**report["prefill"], "ok": 2, "failed": 0, "lost": 0}
-    for figures in (report["queue_wait_s"], report["time_to_result_s"], report["prefill"]["time_to_result_s"]):
+    for figures in (report["queue_wait_s"], report["first_text_s"], report["time_to_result_s"],
+                    report["prefill"]["time_to_result_s"]):
         assert figures["n"] > 0 and 0 < figures["p50"] <= figures["p95"] <= figures["max"]
     assert report["queue_wait_s"]["n"] == 4 and report["queue_wait_missing"] == 0
     assert report["queue_wait_s"]["p50"] < report["time_to_result_s"]["max"]
+    assert report["first_text_s"]["p50"] <= report["time_to_result_s"]["p50"]
     assert report["wall_s"] > 0 and report["answers_per_s"] > 0
     assert report["server_rss_samples"] > 0 and 0 < report["server_rss_start_bytes"] <= report["server_rss_peak_bytes"]
     assert report["timed_out"] is False and report["interrupted"] is False and report["error"] is None
