@@ -1,15 +1,17 @@
 """Hugging Face ZeroGPU: CUDA exists only inside @spaces.GPU functions, which run in another process that receives
 pickled arguments and returns pickled results.
 
-So, when the `spaces` package is importable, the prefill and each answer run inside such functions, with a
+So, on ZeroGPU (the `spaces` package importable and SPACES_ZERO_GPU set, as ZeroGPU Spaces do), the prefill and
+each answer run inside such functions, with a
 duration derived from their token counts; the prefilled cache is returned to the CPU and kept in the session's
 state between calls, and each answer gets a (pickled) copy of it that it moves to the GPU. Nothing that crosses
-the boundary is a CUDA tensor. Without `spaces` these are the plain functions and nothing changes.
+the boundary is a CUDA tensor. Elsewhere (no `spaces`, or a Space with its own GPU) nothing changes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 from collections.abc import Callable, Iterator
 
@@ -20,7 +22,8 @@ from .model import LoadedModel, load_model
 from .prefill import PrefilledDocument, prefill
 from .timing import Timings
 
-ACTIVE = importlib.util.find_spec("spaces") is not None
+ACTIVE = (importlib.util.find_spec("spaces") is not None
+          and os.environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes"))
 
 
 def prefill_seconds(document: Document, config: Config, *args, **kwargs) -> int:
@@ -34,7 +37,7 @@ def answer_seconds(doc: PrefilledDocument, question: str, config: Config, *args,
 
 
 def _gpu(duration: Callable[..., int]):
-    """spaces.GPU(duration=...) when the package is there (it is a no-op outside ZeroGPU), else nothing."""
+    """spaces.GPU(duration=...) on ZeroGPU, else nothing."""
     if not ACTIVE:
         return lambda fn: fn
     import spaces

@@ -63,10 +63,12 @@ def fake_spaces(monkeypatch):
     module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
     module.GPU = GPU
     monkeypatch.setitem(sys.modules, "spaces", module)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # what ZeroGPU Spaces set
     importlib.reload(kvqa.zerogpu)
     assert kvqa.zerogpu.ACTIVE
     yield calls
     monkeypatch.delitem(sys.modules, "spaces")
+    monkeypatch.delenv("SPACES_ZERO_GPU")
     importlib.reload(kvqa.zerogpu)
 
 
@@ -113,6 +115,19 @@ def test_stop_on_zerogpu_ends_with_the_text_shown(default_lm, fake_spaces):
     answer = rest[-1]
     assert answer.stop_reason == "stopped" and answer.text.startswith(first)
     assert session.turns[-1].stopped and session.prefilled.cache.length == session.prefilled.tokens
+
+
+def test_spaces_without_zerogpu_changes_nothing(monkeypatch):
+    """A Space with its own GPU also has `spaces` installed: there, answering must not move caches around."""
+    module = types.ModuleType("spaces")
+    module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
+    monkeypatch.setitem(sys.modules, "spaces", module)
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    try:
+        assert importlib.reload(kvqa.zerogpu).ACTIVE is False
+    finally:
+        monkeypatch.delitem(sys.modules, "spaces")
+        importlib.reload(kvqa.zerogpu)
 
 
 def test_without_spaces_nothing_changes():
