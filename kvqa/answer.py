@@ -57,7 +57,7 @@ def stream(
         raise BusyError("This document is still answering another question: wait for it, or press Stop.")
     try:
         started = now(lm.device)
-        with out_of_memory_as_error(lm, "answering"):  # no torch.no_grad() here: grad mode is per thread, and
+        with out_of_memory_as_error("answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             yield from _decode(lm, logits, doc.cache, question=question, question_tokens=len(ids),
                                max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
@@ -89,7 +89,7 @@ def stream_without_cache(
     ids = prompt.prefix_ids(document.text) + question_ids(prompt, question, limit=config.max_question_tokens)
     check_fits(lm, len(ids), max_new_tokens)
     started = now(lm.device)
-    with out_of_memory_as_error(lm, "answering"):
+    with out_of_memory_as_error("answering"):
         cache = new_cache(lm.config, len(ids) + max_new_tokens)
         logits = run_chunks(lm, ids, cache, chunk_size=len(ids))  # one forward over the whole prompt
         yield from _decode(lm, logits, cache, question=question, question_tokens=len(ids),

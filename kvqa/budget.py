@@ -65,12 +65,11 @@ class CacheBudget:
                 f"{self.limit_bytes / 2**20:,.0f} MiB. Load a shorter document (or raise KVQA_CACHE_BUDGET_MB)."
             )
         evicted = []
-        with self._lock:
-            self._entries.pop(owner, None)
+        with self._lock:  # owner's own entry stays until add(): if its new prefill fails, its old cache is kept
             for other in list(self._entries):
-                if sum(self._entries.values()) + nbytes <= self.limit_bytes:
+                if sum(b for o, b in self._entries.items() if o is not owner) + nbytes <= self.limit_bytes:
                     break
-                if getattr(other, "busy", False):  # answering right now: leave it
+                if other is owner or getattr(other, "busy", False):  # answering right now: leave it
                     continue
                 del self._entries[other]
                 evicted.append(other)

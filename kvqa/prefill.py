@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .budget import release_memory
 from .cache import KVCache, bytes_per_token, new_cache
 from .config import Config
 from .documents import Document
@@ -96,7 +97,7 @@ def prefill(
     if admit is not None:
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
     started = now(lm.device)
-    with out_of_memory_as_error(lm, "reading the document"):
+    with out_of_memory_as_error("reading the document"):
         cache = new_cache(lm.config, len(ids) + reserve)
         run_chunks(lm, ids, cache, chunk_size=config.chunk_size, progress=progress)
     prefill_s = now(lm.device) - started
@@ -134,12 +135,11 @@ def run_chunks(
 
 
 @contextmanager
-def out_of_memory_as_error(lm: LoadedModel, doing: str) -> Iterator[None]:
+def out_of_memory_as_error(doing: str) -> Iterator[None]:
     """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed."""
     try:
         yield
     except (MemoryError, torch.OutOfMemoryError):
-        if lm.device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_memory()
         raise OutOfMemory(f"The machine ran out of memory while {doing}: try a shorter document or question, or "
                           "fewer new tokens. Whatever was loaded before is still loaded.") from None

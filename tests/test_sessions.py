@@ -75,6 +75,7 @@ def test_out_of_memory_is_reported_and_the_session_keeps_serving(tiny_lm, monkey
     with pytest.raises(kvqa.OutOfMemory, match="ran out of memory while reading the document"):
         session.load(tiny_lm, DOCS[1], config=CONFIG)
     assert session.document is DOCS[0] and session.prefilled is before  # the old document is still there
+    assert session.budget.touch(session)  # and still counted: the next question does not read it again
     monkeypatch.undo()
     fail_with_oom(tiny_lm, monkeypatch, after_calls=2)
     with pytest.raises(kvqa.OutOfMemory, match="while answering"):
