@@ -2,8 +2,7 @@
 pickled arguments and returns pickled results.
 
 So, on ZeroGPU (the `spaces` package importable and SPACES_ZERO_GPU set, as ZeroGPU Spaces do), the prefill and
-each answer run inside such functions, with a
-duration derived from their token counts; the prefilled cache is returned to the CPU and kept in the session's
+each answer run inside such functions, with a duration derived from their token counts; the prefilled cache is returned to the CPU and kept in the session's
 state between calls, and each answer gets a (pickled) copy of it that it moves to the GPU. Nothing that crosses
 the boundary is a CUDA tensor. Elsewhere (no `spaces`, or a Space with its own GPU) nothing changes.
 """
@@ -68,9 +67,7 @@ def _answer_without_cache_on_gpu(document: Document, question: str, config: Conf
 
 def run_without_cache(lm: LoadedModel, document: Document, question: str, *, config: Config, prompt,
                       temperature: float = 0.0) -> Answer:
-    """answer_without_cache(), inside a ZeroGPU function when on ZeroGPU."""
-    if not ACTIVE:
-        return answer_without_cache(lm, document, question, config=config, prompt=prompt, temperature=temperature)
+    """answer_without_cache(), inside a ZeroGPU function when on ZeroGPU (elsewhere _gpu leaves it plain)."""
     return _answer_without_cache_on_gpu(document, question, config, prompt, temperature)
 
 
