@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
+import weakref
 from pathlib import Path
 
 import gradio as gr
@@ -17,9 +19,12 @@ from kvqa import Answer, KvqaError, QuestionError, document_from_text, load_docu
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.session import Session, speedup
+from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
 SESSION_TTL_S = float(os.environ.get("KVQA_SESSION_TTL", 3600))
+MAX_SESSIONS_PER_CLIENT = int(os.environ.get("KVQA_MAX_SESSIONS_PER_CLIENT", 16))
+BEHIND_PROXY = bool(os.environ.get("SPACE_ID")) or os.environ.get("KVQA_BEHIND_PROXY") == "1"
 try:
     CONFIG: Config = config_from_env(os.environ)
 except KvqaError as e:  # a bad KVQA_* variable: say which, without a traceback
@@ -36,8 +41,32 @@ def budget() -> CacheBudget:
     return _budget
 
 
-def new_session(session: Session | None) -> Session:
-    return session if session is not None else Session(budget())
+def client_of(request: gr.Request | None) -> str:
+    """Who is asking, for per-client limits: the address the proxy saw on a Space (its last X-Forwarded-For hop),
+    else the connection's address. Behind another proxy, set KVQA_BEHIND_PROXY=1 to trust X-Forwarded-For too."""
+    if request is None:
+        return "local"
+    forwarded = request.headers.get("x-forwarded-for", "") if BEHIND_PROXY else ""
+    if forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return getattr(request.client, "host", None) or "unknown"
+
+
+_sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one client opens
+
+
+def new_session(session: Session | None, request: gr.Request | None = None) -> Session:
+    """The session in state, or a new one for this client; refused past MAX_SESSIONS_PER_CLIENT with documents."""
+    if session is not None:
+        return session
+    client = client_of(request)
+    mine = _sessions.setdefault(client, weakref.WeakSet())
+    if sum(1 for s in list(mine) if s.document is not None) >= MAX_SESSIONS_PER_CLIENT:
+        raise KvqaError(f"Your address already has {MAX_SESSIONS_PER_CLIENT} documents open in other tabs or "
+                        "clients: close some, or wait for them to expire, then try again.")
+    session = Session(budget(), client=client)
+    mine.add(session)
+    return session
 
 
 def close_session(session: Session | None) -> None:
@@ -151,16 +180,19 @@ def panels(session: Session | None, *, reused: bool = False):
 # ---- handlers -----------------------------------------------------------------------------------------------------
 
 def _document(file: str | None, text: str | None):
+    """The document a client sent: an uploaded file (nothing else on the server is read) or pasted text."""
     if file:
-        return load_document(file, config=CONFIG)
+        return load_document(uploaded_file(file), config=CONFIG)
     if text and text.strip():
+        if len(text) > CONFIG.max_file_bytes:
+            raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is {CONFIG.max_file_bytes:,}. "
+                            "Paste the part you need.")
         return document_from_text(text)
     raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
 
 
-def _read(file, text, session, progress) -> tuple[Session, bool]:
-    session = new_session(session)
-    document = _document(file, text)
+def _read(document, session, request, progress) -> tuple[Session, bool]:
+    session = new_session(session, request)
     lm = load_model(CONFIG)
     progress(0, desc="Reading the document")
     changed = session.load(lm, document, config=CONFIG,
@@ -174,28 +206,28 @@ def warn(error: KvqaError, outputs: int) -> tuple:
     return (gr.skip(),) * outputs
 
 
-def on_load(file, text, session, progress=gr.Progress()):
-    """UI: read a document (upload or paste) once; show its figures."""
+def on_load(read, session, request, progress):
+    """UI: read a document (read() gives it) once; show its figures."""
     try:
-        session, changed = _read(file, text, session, progress)
+        session, changed = _read(read(), session, request, progress)
     except KvqaError as e:
         return warn(e, 6)
     return session, *panels(session, reused=not changed)
 
 
-def on_upload(file, session, progress=gr.Progress()):
+def on_upload(file, session, request: gr.Request = None, progress=gr.Progress()):
     """UI: read an uploaded file."""
-    return on_load(file, None, session, progress)
+    return on_load(lambda: _document(file, None), session, request, progress)
 
 
-def on_paste(text, session, progress=gr.Progress()):
+def on_paste(text, session, request: gr.Request = None, progress=gr.Progress()):
     """UI: read pasted text."""
-    return on_load(None, text, session, progress)
+    return on_load(lambda: _document(None, text), session, request, progress)
 
 
-def on_sample(session, progress=gr.Progress()):
-    """UI: load the sample document."""
-    return on_load(str(SAMPLE), None, session, progress)
+def on_sample(session, request: gr.Request = None, progress=gr.Progress()):
+    """UI: load the sample document (a file of the app's own, never a path from the client)."""
+    return on_load(lambda: load_document(SAMPLE, config=CONFIG), session, request, progress)
 
 
 def on_ask(question, session, baseline, progress=gr.Progress()):
@@ -230,10 +262,11 @@ def on_stop(session):
         session.stop()
 
 
-def api_prefill(file: str | None = None, text: str | None = None, session=None, progress=gr.Progress()):
+def api_prefill(file: str | None = None, text: str | None = None, session=None, request: gr.Request = None,
+                progress=gr.Progress()):
     """API: read a document (`text` for pasted text, `file` for an upload); returns the prefill figures."""
     try:
-        session, changed = _read(file, text, session, progress)
+        session, changed = _read(_document(file, text), session, request, progress)
     except KvqaError as e:
         raise gr.Error(str(e), print_exception=False) from None
     doc = session.prefilled
@@ -324,7 +357,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--share", action="store_true", default=os.environ.get("KVQA_SHARE") == "1")
     parser.add_argument("--concurrency", type=int, default=int(os.environ.get("KVQA_CONCURRENCY", 1)),
                         help="answers computed at once (one GPU: 1)")
+    parser.add_argument("--queue-size", type=int, default=int(os.environ.get("KVQA_QUEUE_SIZE", 64)),
+                        help="requests waiting at most; more are turned away with a message (default 64)")
+    parser.add_argument("--auth", default=os.environ.get("KVQA_AUTH"),
+                        help="user:password[,user:password...]: ask for a login (Gradio's own); also KVQA_AUTH")
     args = parser.parse_args(argv)
+    try:
+        auth = parse_auth(args.auth)
+    except ValueError as e:
+        raise SystemExit(f"kvqa: {e}") from None
+    if args.share and not auth:
+        print("kvqa: warning: --share makes this app reachable by anyone who has the link, for 72 hours, and lets "
+              "them use this machine's model and memory; add --auth user:password to require a login.",
+              file=sys.stderr)
     if args.model:
         CONFIG = config_from_env(os.environ, model=args.model)
     try:
@@ -332,9 +377,22 @@ def main(argv: list[str] | None = None) -> None:
     except KvqaError as e:
         raise SystemExit(f"kvqa: {e}")
     print(f"kvqa: {lm.name} on {lm.device} ({lm.dtype}), loaded in {lm.load_s:.1f} s")
-    demo.queue(default_concurrency_limit=args.concurrency)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share,
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.queue_size)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth, show_error=False,
                 max_file_size=CONFIG.max_file_bytes, theme=gr.themes.Soft())
+
+
+def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
+    """'user:password[,user:password...]' as Gradio's auth list; None when not set."""
+    if not value or not value.strip():
+        return None
+    pairs = []
+    for item in value.split(","):
+        user, sep, password = item.strip().partition(":")
+        if not sep or not user or not password:
+            raise ValueError("KVQA_AUTH / --auth must be user:password (several separated by commas).")
+        pairs.append((user, password))
+    return pairs
 
 
 if __name__ == "__main__":

@@ -1,97 +1,117 @@
 """A process-wide memory budget for prefilled caches: when a new one would not fit, the least recently used
-sessions' caches are dropped (their text is kept, and they are prefilled again when next asked)."""
+sessions' caches are dropped (their text is kept, and they are prefilled again when next asked).
+
+Owners are sessions. The budget only asks an owner to give its cache up through `owner.try_evict()`, which takes
+the owner's own lock without waiting and declines while the owner is working: a cache is never dropped under an
+answer. A prefill reserves its bytes in `admit` until `add` (the cache exists) or `cancel` (the prefill failed),
+so two prefills at once cannot both be admitted into the same room. One client (an address) holds at most
+`per_client` caches: its own oldest cache goes first, so a client that opens many sessions evicts only itself.
+"""
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections import OrderedDict
 
-import torch
+from .errors import BusyError, DocumentTooLong
+from .memory import default_budget_bytes, release_memory
 
-from .errors import DocumentTooLong
+__all__ = ["CacheBudget", "default_budget_bytes", "release_memory"]
 
-
-def default_budget_bytes(device: torch.device) -> int:
-    """Half the memory available now: free GPU memory on CUDA, else available RAM."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free * 0.5)
-    import psutil
-
-    return int(psutil.virtual_memory().available * 0.5)
-
-
-def release_memory() -> None:
-    """Hand memory freed by dropped caches back to the system: CUDA's cached blocks, and glibc's heap, which
-    otherwise keeps freed buffers for reuse and the process's RSS high after sessions end."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
-
-
-def budget_for(lm, limit_mb: float | None) -> "CacheBudget":
-    """limit_mb if set, else half the free memory where caches live: the GPU, or the CPU (also on ZeroGPU, which
-    keeps them there between calls)."""
-    from . import zerogpu
-
-    if limit_mb:
-        return CacheBudget(int(limit_mb * 2**20))
-    return CacheBudget(default_budget_bytes(torch.device("cpu") if zerogpu.ACTIVE else lm.device))
+PER_CLIENT = 3  # caches one client address may hold at once
 
 
 class CacheBudget:
-    """Tracks the bytes of every live prefilled cache by owner (a session), in least-recently-used order."""
+    """Tracks the bytes of every live prefilled cache by owner, in least-recently-used order, plus reservations."""
 
-    def __init__(self, limit_bytes: int):
+    def __init__(self, limit_bytes: int, *, per_client: int = PER_CLIENT):
         self.limit_bytes = limit_bytes
-        self._entries: OrderedDict[object, int] = OrderedDict()  # owner -> bytes, oldest first
+        self.per_client = per_client
+        self._held: OrderedDict[object, int] = OrderedDict()  # owner -> bytes of its live cache, oldest first
+        self._reserved: dict[object, int] = {}  # owner -> bytes admitted for a prefill in progress
         self._lock = threading.Lock()
 
     @property
     def used_bytes(self) -> int:
+        """Bytes of live caches plus admitted prefills."""
         with self._lock:
-            return sum(self._entries.values())
+            return sum(self._held.values()) + sum(self._reserved.values())
 
     def admit(self, nbytes: int, owner) -> list:
-        """Make room for `nbytes` for owner, evicting least recently used others; returns the evicted owners.
-        Raises DocumentTooLong when nbytes alone exceeds the budget."""
+        """Reserve `nbytes` for owner's next cache, evicting least recently used idle caches (the same client's
+        first) until it fits; returns the evicted owners. Owner's current cache, if any, counts as replaced (it is
+        kept until `add`, so a failed prefill leaves it). Raises DocumentTooLong when nbytes alone exceeds the
+        budget, BusyError when the room is held by answers in progress."""
         if nbytes > self.limit_bytes:
             raise DocumentTooLong(
                 f"This document's cache needs {nbytes / 2**20:,.0f} MiB; the memory budget for caches is "
                 f"{self.limit_bytes / 2**20:,.0f} MiB. Load a shorter document (or raise KVQA_CACHE_BUDGET_MB)."
             )
         evicted = []
-        with self._lock:  # owner's own entry stays until add(): if its new prefill fails, its old cache is kept
-            for other in list(self._entries):
-                if sum(b for o, b in self._entries.items() if o is not owner) + nbytes <= self.limit_bytes:
+        with self._lock:
+            client = getattr(owner, "client", None)
+            mine = [o for o in self._held if o is not owner and client is not None
+                    and getattr(o, "client", None) == client]
+            for other in mine[: max(0, len(mine) - self.per_client + 1)]:  # over its quota: its own oldest go
+                if other.try_evict():
+                    del self._held[other]
+                    evicted.append(other)
+            for other in list(self._held):
+                if self._others_bytes(owner) + nbytes <= self.limit_bytes:
                     break
-                if other is owner or getattr(other, "busy", False):  # answering right now: leave it
-                    continue
-                del self._entries[other]
-                evicted.append(other)
-        for other in evicted:
-            other.evict()
+                if other is not owner and other.try_evict():
+                    del self._held[other]
+                    evicted.append(other)
+            if self._others_bytes(owner) + nbytes > self.limit_bytes:
+                raise BusyError("The server's memory for documents is taken by answers in progress: try again in "
+                                "a moment.")
+            self._reserved[owner] = nbytes
         if evicted:
             release_memory()
         return evicted
 
     def add(self, nbytes: int, owner) -> None:
+        """Owner's cache now exists: it replaces owner's reservation and its previous cache."""
         with self._lock:
-            self._entries[owner] = nbytes
-            self._entries.move_to_end(owner)
+            self._reserved.pop(owner, None)
+            self._held[owner] = nbytes
+            self._held.move_to_end(owner)
+
+    def cancel(self, owner) -> None:
+        """Owner's prefill failed: free its reservation (its previous cache, if any, stays counted)."""
+        with self._lock:
+            self._reserved.pop(owner, None)
 
     def touch(self, owner) -> bool:
         """Mark owner's cache as just used; False if it is not held (it was evicted)."""
         with self._lock:
-            if owner not in self._entries:
+            if owner not in self._held:
                 return False
-            self._entries.move_to_end(owner)
+            self._held.move_to_end(owner)
             return True
 
     def release(self, owner) -> None:
+        """Owner is gone: forget its cache and any reservation."""
         with self._lock:
-            self._entries.pop(owner, None)
+            self._held.pop(owner, None)
+            self._reserved.pop(owner, None)
+
+    def held_by(self, owner) -> int:
+        with self._lock:
+            return self._held.get(owner, 0)
+
+    def _others_bytes(self, owner) -> int:
+        return (sum(b for o, b in self._held.items() if o is not owner)
+                + sum(b for o, b in self._reserved.items() if o is not owner))
+
+
+def budget_for(lm, limit_mb: float | None) -> CacheBudget:
+    """limit_mb if set, else half the free memory where caches live: the GPU, or the CPU (also on ZeroGPU, which
+    keeps them there between calls)."""
+    import torch
+
+    from . import zerogpu
+
+    if limit_mb:
+        return CacheBudget(int(limit_mb * 2**20))
+    return CacheBudget(default_budget_bytes(torch.device("cpu") if zerogpu.ACTIVE else lm.device))

@@ -79,7 +79,7 @@ def diagnose(config: Config, environ) -> list[Check]:
                             if reason else None))
         checks.append(Check("context", f"{context:,} tokens: documents up to {context - config.reserve_tokens:,} "
                             f"tokens ({config.reserve_tokens} kept for question and answer)"))
-    from .budget import default_budget_bytes
+    from .memory import default_budget_bytes
 
     budget = (int(config.cache_budget_mb * 2**20) if config.cache_budget_mb else default_budget_bytes(device))
     line = f"{budget / 2**20:,.0f} MiB for all sessions' caches"

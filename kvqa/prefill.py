@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .budget import release_memory
+from .memory import release_memory
 from .cache import KVCache, bytes_per_token, new_cache
 from .config import Config
 from .documents import Document

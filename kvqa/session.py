@@ -13,7 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .answer import Answer
-from .budget import CacheBudget, release_memory
+from .budget import CacheBudget
+from .memory import release_memory
 from .config import Config
 from .documents import Document
 from .errors import BusyError, QuestionError
@@ -42,8 +43,9 @@ def fingerprint(lm: LoadedModel, document: Document) -> str:
 class Session:
     """A user's document, its prefilled cache (which the budget may evict; it is then rebuilt) and turns."""
 
-    def __init__(self, budget: CacheBudget | None = None):
+    def __init__(self, budget: CacheBudget | None = None, *, client: str | None = None):
         self.budget = budget
+        self.client = client  # who opened it (an address), for per-client limits in the budget
         self.document: Document | None = None
         self.prefilled: PrefilledDocument | None = None
         self.fingerprint: str | None = None
@@ -111,13 +113,25 @@ class Session:
         self.prefilled = None
         release_memory()
 
-    def evict(self) -> None:
-        """Drop the cache to free memory; the document's text is kept and is prefilled again when next asked."""
-        self.prefilled = None
+    def try_evict(self) -> bool:
+        """Drop the cache to free memory, unless the session is working right now (then False). The document's
+        text is kept and is prefilled again when next asked."""
+        if not self._busy.acquire(blocking=False):
+            return False
+        try:
+            self.prefilled = None
+            return True
+        finally:
+            self._busy.release()
 
     def _prefill(self, lm, document, *, config, progress) -> PrefilledDocument:
         admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
-        prefilled = zerogpu.run_prefill(lm, document, config=config, progress=progress, admit=admit)
+        try:
+            prefilled = zerogpu.run_prefill(lm, document, config=config, progress=progress, admit=admit)
+        except BaseException:
+            if self.budget is not None:
+                self.budget.cancel(self)
+            raise
         if self.budget is not None:
             self.budget.add(prefilled.cache_bytes, self)
         return prefilled

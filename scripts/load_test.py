@@ -164,7 +164,7 @@ def _die_with_parent() -> None:  # runs in the child before exec: SIGTERM it if 
 class Server:
     """app.py in a subprocess on a free loopback port; stop() always ends it (terminate, then kill)."""
 
-    def __init__(self, *, max_new_tokens: int, concurrency: int | None):
+    def __init__(self, *, max_new_tokens: int, concurrency: int | None, extra_args: tuple[str, ...] = ()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         env = dict(os.environ, KVQA_MAX_NEW_TOKENS=str(max_new_tokens), GRADIO_ANALYTICS_ENABLED="False")
@@ -173,6 +173,7 @@ class Server:
         command = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(self.port)]
         if concurrency is not None:
             command += ["--concurrency", str(concurrency)]
+        command += list(extra_args)
         self.log = tempfile.NamedTemporaryFile(prefix="kvqa-load-server-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
@@ -188,16 +189,16 @@ class Server:
         except OSError:
             return ""
 
-    def wait_ready(self, deadline: float) -> None:
+    def wait_ready(self, deadline: float, *, path: str = "gradio_api/info") -> None:
         end = min(deadline, time.monotonic() + STARTUP_S)
         while time.monotonic() < end:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"app.py exited with code {self.proc.returncode} while starting:\n"
                                    f"{self.log_tail()}")
-            if http_ok(self.url + "gradio_api/info", timeout=2):
+            if http_ok(self.url + path, timeout=2):
                 return
             time.sleep(0.25)
-        raise RuntimeError(f"app.py did not answer {self.url}gradio_api/info in time:\n{self.log_tail()}")
+        raise RuntimeError(f"app.py did not answer {self.url}{path} in time:\n{self.log_tail()}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:

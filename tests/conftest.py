@@ -4,6 +4,8 @@ config, and a Llama 3.x-style tokenizer (the default tokenizer with Llama 3's co
 from __future__ import annotations
 
 import copy
+import secrets
+import shutil
 import socket
 from pathlib import Path
 
@@ -58,6 +60,15 @@ def llama3_tokenizer(default_lm):
 @pytest.fixture(scope="session")
 def tiny_llama3_lm(llama3_tokenizer) -> kvqa.LoadedModel:
     return tiny_llama(llama3_tokenizer, seed=1)
+
+
+def as_upload(path: Path) -> str:
+    """A copy of the file where Gradio keeps this server's uploads, as an upload through the browser would leave it."""
+    from kvqa.uploads import upload_folder
+
+    folder = upload_folder() / f"kvqa-test-{secrets.token_hex(8)}"
+    folder.mkdir(parents=True)
+    return shutil.copy(path, folder / Path(path).name)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import pytest
 from gradio_client import Client, handle_file
 
 import app
+from conftest import as_upload
 
 DOC_A = "The secret word is pelican. The museum opens at 9 am on weekdays."
 DOC_B = "The capital of Zorbia is Quentin. Zorbia's river is called the Lune."
@@ -66,7 +67,7 @@ def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(
     chat = app.chat_messages(session)
     bad = tmp_path / "bad.pdf"
     bad.write_bytes(b"not a pdf at all")
-    for action, message in ((lambda: app.on_upload(str(bad), session), "not a PDF"),
+    for action, message in ((lambda: app.on_upload(as_upload(bad), session), "not a PDF"),
                             (lambda: app.on_paste("   ", session), "Nothing to read"),
                             (lambda: drain(app.on_ask("   ", session, False)), "question is empty"),
                             (lambda: drain(app.on_ask("x" * 30_000, session, False)), "30,000 characters")):

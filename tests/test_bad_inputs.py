@@ -7,6 +7,7 @@ import pytest
 from test_documents import BAD, bomb_pdf, encrypted_pdf, make_pdf
 
 import app
+from conftest import as_upload
 from kvqa.cli import main
 
 FILES = {name: data for name, data, _ in BAD}
@@ -64,7 +65,7 @@ def snapshot(session):
 def test_app_upload_shows_a_message_and_keeps_the_session(bad_files, name, session):
     before = snapshot(session)
     with pytest.warns(UserWarning, match=MESSAGES[name].split("'")[0]):
-        app.on_upload(str(bad_files / name), session)
+        app.on_upload(as_upload(bad_files / name), session)
     assert snapshot(session) == before
 
 

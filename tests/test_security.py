@@ -1,0 +1,179 @@
+"""Issue 9: the app reads only files uploaded to it. Server paths sent through the API (absolute, relative, `..`,
+symlinks leading out) are refused without being read, through gradio_client, raw HTTP and the browser's own
+(private) events; per-client limits keep one client from evicting everyone else's caches; --auth asks for a login."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+
+import gradio as gr
+import httpx
+import pytest
+from gradio_client import Client
+
+import app
+import kvqa
+from kvqa.budget import CacheBudget
+from kvqa.cache import bytes_per_token
+from kvqa.session import Session
+from kvqa.uploads import NOT_AN_UPLOAD, upload_folder, uploaded_file
+
+sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
+from load_test import Server  # noqa: E402
+
+ROOT = Path(__file__).parent.parent
+
+
+def file_data(path) -> dict:
+    return {"path": str(path), "meta": {"_type": "gradio.FileData"}}
+
+
+@pytest.fixture
+def secret(tmp_path):
+    """A readable .md file outside the upload folder, holding a word no answer could guess."""
+    word = f"zebra{secrets.token_hex(4)}"
+    path = tmp_path / "secret.md"
+    path.write_text(f"The server's secret word is {word}.")
+    return path
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Every document the app reads, by path (the server runs in this process)."""
+    seen = []
+    real = app.load_document
+    monkeypatch.setattr(app, "load_document", lambda path, **kw: seen.append(str(path)) or real(path, **kw))
+    return seen
+
+
+def outside_paths(secret: Path, tmp_path: Path) -> dict[str, str]:
+    folder = upload_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    link_dir = folder / f"kvqa-test-{secrets.token_hex(4)}"
+    link_dir.mkdir()
+    (link_dir / "innocent.md").symlink_to(secret)
+    (link_dir / "subdir").symlink_to(secret.parent, target_is_directory=True)
+    return {
+        "absolute": str(secret),
+        "relative": "README.md",  # the app's own file, relative to the server's working folder
+        "dot-dot": str(folder / ".." / ".." / ".." / ".." / ".." / secret.relative_to("/")),
+        "symlink out": str(link_dir / "innocent.md"),
+        "symlinked folder out": str(link_dir / "subdir" / "secret.md"),
+        "missing": str(tmp_path / "does-not-exist.md"),
+        "the upload folder": str(folder),
+    }
+
+
+def test_uploaded_file_accepts_only_files_inside_the_upload_folder(secret, tmp_path):
+    for kind, path in outside_paths(secret, tmp_path).items():
+        with pytest.raises(kvqa.DocumentError) as e:
+            uploaded_file(path)
+        assert str(e.value) == NOT_AN_UPLOAD, kind  # the same words whether or not the file exists
+    inside = upload_folder() / f"kvqa-test-{secrets.token_hex(4)}"
+    inside.mkdir(parents=True)
+    (inside / "notes.txt").write_text("notes")
+    (inside / "link.txt").symlink_to(inside / "notes.txt")  # a symlink that stays inside is fine
+    assert uploaded_file(inside / "notes.txt") == (inside / "notes.txt").resolve()
+    assert uploaded_file(inside / "link.txt") == (inside / "notes.txt").resolve()
+    with pytest.raises(kvqa.DocumentError, match="no longer on the server"):
+        uploaded_file(inside / "gone.txt")
+
+
+def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):
+    """What every handler does with a path, also if a deployment bypasses Gradio's own check (see the next test)."""
+    for kind, path in outside_paths(secret, tmp_path).items():
+        with pytest.raises(gr.Error, match="was not uploaded to this app") as e:
+            app.api_prefill(file=path, session=None)
+        assert str(secret) not in str(e.value), kind
+        with pytest.warns(UserWarning, match="was not uploaded to this app"):
+            outputs = app.on_upload(path, None)
+        assert all(o == gr.skip() for o in outputs)  # no session created, nothing shown
+    assert reads == []  # nothing was read
+
+
+def sse_text(http: httpx.Client, url: str, **params) -> str:
+    with http.stream("GET", url, params=params) as response:
+        lines = []
+        for line in response.iter_lines():
+            lines.append(line)
+            if "process_completed" in line or (len(lines) > 1 and lines[-2].startswith("event: error")):
+                break
+        return "\n".join(lines)
+
+
+def test_raw_http_calls_naming_server_paths_are_refused(server, secret, tmp_path, reads):
+    """A remote client can only name a path, not upload it: through the public endpoint and through the browser's
+    private upload event, every server path is refused, with no path or traceback in the reply."""
+    with httpx.Client(base_url=server, timeout=60) as http:
+        config = http.get("config").json()
+        upload_id = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "upload")
+        upload_event = next(n for n, d in enumerate(config["dependencies"])
+                            if any(t[0] == upload_id for t in d["targets"]))
+        for kind, path in outside_paths(secret, tmp_path).items():
+            event = http.post("gradio_api/call/prefill", json={"data": [file_data(path), None]}).json()["event_id"]
+            reply = sse_text(http, f"gradio_api/call/prefill/{event}")
+            assert "event: error" in reply, (kind, reply)
+            session_hash = secrets.token_hex(6)
+            joined = http.post("gradio_api/queue/join", json={
+                "data": [file_data(path), None], "fn_index": upload_event, "session_hash": session_hash,
+                "event_data": None, "trigger_id": upload_id})
+            assert joined.status_code == 200, joined.text
+            reply += sse_text(http, "gradio_api/queue/data", session_hash=session_hash)
+            assert '"success":false' in reply.replace(" ", ""), (kind, reply)
+            assert secret.read_text() not in reply and "Traceback" not in reply and str(secret) not in reply, kind
+    assert reads == []
+
+
+def test_gradio_client_uploads_local_files_itself(server, tmp_path, reads):
+    """The issue's reproduction ran gradio_client on the server's machine: the client uploads a FileData path from
+    its own disk before calling, so the app reads the client's upload, never the server path itself."""
+    client = Client(server, verbose=False)
+    mine = tmp_path / "mine.md"
+    mine.write_text("The museum opens at 9 am.")
+    assert "prefilled mine.md" in client.predict(file=file_data(mine), api_name="/prefill")
+    assert len(reads) == 1 and Path(reads[0]).is_relative_to(upload_folder().resolve())
+    assert Path(reads[0]) != mine
+
+
+def test_a_client_with_many_sessions_evicts_only_its_own_caches(tiny_lm):
+    config = kvqa.Config(max_new_tokens=8, max_question_tokens=32)
+    docs = [kvqa.document_from_text(f"Document number {i}. " * 30) for i in range(8)]
+    one = bytes_per_token(tiny_lm.config, tiny_lm.dtype) * (len(kvqa.prefill(tiny_lm, docs[0], config=config).ids)
+                                                            + config.reserve_tokens)
+    budget = CacheBudget(int(one * 6.5), per_client=2)  # room for six caches; two per client
+    others = [Session(budget, client="10.0.0.1"), Session(budget, client="10.0.0.2")]
+    for session, doc in zip(others, docs):
+        session.load(tiny_lm, doc, config=config)
+    greedy = [Session(budget, client="10.0.0.9") for _ in range(6)]
+    for session, doc in zip(greedy, docs[2:]):
+        session.load(tiny_lm, doc, config=config)
+        assert budget.used_bytes <= budget.limit_bytes
+    assert all(s.prefilled is not None for s in others)  # everyone else's caches are untouched
+    assert [s.prefilled is not None for s in greedy] == [False] * 4 + [True] * 2
+    assert all(s.document is not None for s in greedy)  # evicted, not lost: read again on the next question
+
+
+def test_parse_auth():
+    assert app.parse_auth(None) is None and app.parse_auth("  ") is None
+    assert app.parse_auth("ann:pw1, bob:p:w") == [("ann", "pw1"), ("bob", "p:w")]
+    for bad in ("ann", "ann:", ":pw"):
+        with pytest.raises(ValueError, match="user:password"):
+            app.parse_auth(bad)
+
+
+def test_auth_asks_for_a_login_before_any_api_call(default_lm):
+    server = Server(max_new_tokens=8, concurrency=None, extra_args=("--auth", "ann:s3cret"))
+    try:
+        server.wait_ready(time.monotonic() + 180, path="")  # the login page: the API needs a login
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            refused = http.post("gradio_api/call/prefill", json={"data": [None, "Some text."]})
+            assert refused.status_code == 401
+            assert http.post("login", data={"username": "ann", "password": "wrong"}).status_code == 400
+            assert http.post("login", data={"username": "ann", "password": "s3cret"}).status_code == 200
+            assert http.post("gradio_api/call/prefill", json={"data": [None, "Some text."]}).status_code == 200
+    finally:
+        server.stop()
