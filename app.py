@@ -1,105 +1,64 @@
 """kvqa's browser app: upload or paste a document, which is read once; ask questions answered from its cache.
 
-UI only: every decision about documents, models, caches and answers lives in the kvqa package.
-`demo` can be imported without launching; `python app.py` serves it.
+UI only: every decision about documents, models, caches and answers lives in the kvqa package. The one composition
+root is `KvqaApp(config, engine)`: `demo` (built from the environment) can be imported without launching or loading
+the model; `python app.py` builds its own from the command line and serves it.
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import os
 import statistics
 import sys
+import threading
 import weakref
 from pathlib import Path
 
 import gradio as gr
 
-from kvqa import Answer, KvqaError, QuestionError, document_from_text, load_document, load_model
+from kvqa import KvqaError, QuestionError, document_from_text, load_document
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
+from kvqa.engines import Engine, make_engine
 from kvqa.session import Session, speedup
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
-SESSION_TTL_S = float(os.environ.get("KVQA_SESSION_TTL", 3600))
-MAX_SESSIONS_PER_CLIENT = int(os.environ.get("KVQA_MAX_SESSIONS_PER_CLIENT", 16))
-BEHIND_PROXY = bool(os.environ.get("SPACE_ID")) or os.environ.get("KVQA_BEHIND_PROXY") == "1"
-try:
-    CONFIG: Config = config_from_env(os.environ)
-except KvqaError as e:  # a bad KVQA_* variable: say which, without a traceback
-    raise SystemExit(f"kvqa: {e}") from None
-_budget: CacheBudget | None = None
 
 
-def budget() -> CacheBudget:
-    """The process-wide cache budget, sized when the model is first needed."""
-    global _budget
-    if _budget is None:
-        lm = load_model(CONFIG)
-        _budget = budget_for(lm, CONFIG.cache_budget_mb)
-    return _budget
+# ---- formatting ---------------------------------------------------------------------------------------------------
+
+STOP_NOTES = {"stopped": " · stopped", "repeating": " · stopped: it began repeating itself"}
 
 
-def client_of(request: gr.Request | None) -> str:
-    """Who is asking, for per-client limits: the address the proxy saw on a Space (its last X-Forwarded-For hop),
-    else the connection's address. Behind another proxy, set KVQA_BEHIND_PROXY=1 to trust X-Forwarded-For too."""
-    if request is None:
-        return "local"
-    forwarded = request.headers.get("x-forwarded-for", "") if BEHIND_PROXY else ""
-    if forwarded.strip():
-        return forwarded.split(",")[-1].strip()
-    return getattr(request.client, "host", None) or "unknown"
-
-
-_sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one client opens
-
-
-def new_session(session: Session | None, request: gr.Request | None = None) -> Session:
-    """The session in state, or a new one for this client; refused past MAX_SESSIONS_PER_CLIENT with documents."""
-    if session is not None:
-        return session
-    client = client_of(request)
-    mine = _sessions.setdefault(client, weakref.WeakSet())
-    if sum(1 for s in list(mine) if s.document is not None) >= MAX_SESSIONS_PER_CLIENT:
-        raise KvqaError(f"Your address already has {MAX_SESSIONS_PER_CLIENT} documents open in other tabs or "
-                        "clients: close some, or wait for them to expire, then try again.")
-    session = Session(budget(), client=client)
-    mine.add(session)
-    return session
-
-
-def close_session(session: Session | None) -> None:
-    if session is not None:
-        session.close()
-
-
-# ---- formatting -------------------------------------------------------------------------------------------------
-
-def status_markdown(session: Session | None, *, reused: bool = False) -> str:
-    if session is None or session.document is None:
-        return "No document loaded yet."
-    doc, lm = session.prefilled, load_model(CONFIG)
-    if doc is None:
-        return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
-    pages = f", {session.document.pages} pages" if session.document.pages else ""
-    note = " (already loaded: not read again)" if reused else ""
-    return (
-        f"**{session.document.name}**{pages}{note}\n\n"
-        f"- model: {lm.name} on {lm.device.type} ({str(lm.dtype).removeprefix('torch.')})\n"
-        f"- document tokens: **{doc.tokens:,}**\n"
-        f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
-        f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {CONFIG.reserve_tokens:,} question and "
-        f"answer tokens)\n"
-        f"- memory for all sessions' caches: {budget().used_bytes / 2**20:,.0f} of "
-        f"{budget().limit_bytes / 2**20:,.0f} MB in use"
-    )
-
-
-def latency_line(timings, *, stopped: bool = False) -> str:
+def latency_line(timings, *, stop_reason: str = "eos") -> str:
     t = timings
     return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{' · stopped' if stopped else ''}</sub>")
+            f"{t.decode_tokens_per_s:.1f} tokens/s{STOP_NOTES.get(stop_reason, '')}</sub>")
+
+
+def sources_block(sources) -> str:
+    """The passages an answer relies on, folded under it: each quoted, with its page where there is one."""
+    if not sources:
+        return ""
+    items = []
+    for source in sources:
+        where = f"page {source.page}" if source.page else f"characters {source.start:,}-{source.end:,}"
+        quote = html.escape(" ".join(source.text.split()))
+        items.append(f"<li><b>{where}</b>: “{quote}”</li>")
+    return (f"\n\n<details class='sources'><summary>Sources in the document ({len(sources)})</summary>"
+            f"<ol>{''.join(items)}</ol></details>")
+
+
+def chat_messages(session: Session | None) -> list[dict]:
+    messages = []
+    for turn in (session.turns if session else []):
+        messages.append({"role": "user", "content": turn.question})
+        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources)
+                         + latency_line(turn.timings, stop_reason=turn.stop_reason)})
+    return messages
 
 
 def latency_table(session: Session | None) -> list[list]:
@@ -162,194 +121,298 @@ def latency_plot(session: Session | None):
     return fig
 
 
-def chat_messages(session: Session | None) -> list[dict]:
-    messages = []
-    for turn in (session.turns if session else []):
-        messages.append({"role": "user", "content": turn.question})
-        messages.append({"role": "assistant",
-                         "content": (turn.answer or "…") + latency_line(turn.timings, stopped=turn.stopped)})
-    return messages
-
-
-def panels(session: Session | None, *, reused: bool = False):
-    """Everything that shows the session: status, chat, latency summary, table, plot."""
-    return (status_markdown(session, reused=reused), chat_messages(session), latency_summary(session),
-            latency_table(session), latency_plot(session))
-
-
-# ---- handlers -----------------------------------------------------------------------------------------------------
-
-def _document(file: str | None, text: str | None):
-    """The document a client sent: an uploaded file (nothing else on the server is read) or pasted text."""
-    if file:
-        return load_document(uploaded_file(file), config=CONFIG)
-    if text and text.strip():
-        if len(text) > CONFIG.max_file_bytes:
-            raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is {CONFIG.max_file_bytes:,}. "
-                            "Paste the part you need.")
-        return document_from_text(text)
-    raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
-
-
-def _read(document, session, request, progress) -> tuple[Session, bool]:
-    session = new_session(session, request)
-    lm = load_model(CONFIG)
-    progress(0, desc="Reading the document")
-    changed = session.load(lm, document, config=CONFIG,
-                           progress=lambda f: progress(f, desc="Reading the document (prefill)"))
-    return session, changed
-
-
-def warn(error: KvqaError, outputs: int) -> tuple:
+def warn(error: KvqaError) -> dict:
     """Show the error's message as a warning and change nothing on screen (gr.Error would mark every output)."""
     gr.Warning(str(error))
-    return (gr.skip(),) * outputs
+    return {}
 
 
-def on_load(read, session, request, progress):
-    """UI: read a document (read() gives it) once; show its figures."""
-    try:
-        session, changed = _read(read(), session, request, progress)
-    except KvqaError as e:
-        return warn(e, 6)
-    return session, *panels(session, reused=not changed)
+def client_of(request: gr.Request | None, *, behind_proxy: bool) -> str:
+    """Who is asking, for per-client limits: the address the proxy saw (its last X-Forwarded-For hop) when behind
+    one (a Space, or KVQA_BEHIND_PROXY=1), else the connection's address."""
+    if request is None:
+        return "local"
+    forwarded = request.headers.get("x-forwarded-for", "") if behind_proxy else ""
+    if forwarded.strip():
+        return forwarded.split(",")[-1].strip()
+    return getattr(request.client, "host", None) or "unknown"
 
 
-def on_upload(file, session, request: gr.Request = None, progress=gr.Progress()):
-    """UI: read an uploaded file."""
-    return on_load(lambda: _document(file, None), session, request, progress)
+# ---- the app ------------------------------------------------------------------------------------------------------
 
+class KvqaApp:
+    """Settings, engine and cache budget, built once; the handlers; and the layout that wires them."""
 
-def on_paste(text, session, request: gr.Request = None, progress=gr.Progress()):
-    """UI: read pasted text."""
-    return on_load(lambda: _document(None, text), session, request, progress)
+    def __init__(self, config: Config, engine: Engine, *, budget: CacheBudget | None = None,
+                 behind_proxy: bool = False):
+        self.config = config
+        self.engine = engine
+        self.behind_proxy = behind_proxy
+        self._budget = budget
+        self._budget_lock = threading.Lock()
+        self._sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one opens
+        self._sessions_lock = threading.Lock()
 
+    @property
+    def budget(self) -> CacheBudget:
+        """The process-wide cache budget, sized once (it asks the engine where caches live, loading the model)."""
+        with self._budget_lock:
+            if self._budget is None:
+                self._budget = budget_for(self.engine, self.config)
+            return self._budget
 
-def on_sample(session, request: gr.Request = None, progress=gr.Progress()):
-    """UI: load the sample document (a file of the app's own, never a path from the client)."""
-    return on_load(lambda: load_document(SAMPLE, config=CONFIG), session, request, progress)
+    def new_session(self, session: Session | None, request: gr.Request | None) -> Session:
+        """The session in state, or a new one for this client; refused past the per-client number of documents."""
+        if session is not None:
+            return session
+        client = client_of(request, behind_proxy=self.behind_proxy)
+        limit = self.config.sessions_per_client
+        with self._sessions_lock:
+            mine = self._sessions.setdefault(client, weakref.WeakSet())
+            if sum(1 for s in list(mine) if s.document is not None) >= limit:
+                raise KvqaError(f"Your address already has {limit} documents open in other tabs or clients: close "
+                                "some, or wait for them to expire, then try again.")
+            session = Session(self.engine, self.budget, client=client)
+            mine.add(session)
+        return session
 
+    @staticmethod
+    def close_session(session: Session | None) -> None:
+        if session is not None:
+            session.close()
 
-def on_ask(question, session, baseline, progress=gr.Progress()):
-    """UI: stream the answer into the chat, then its latency."""
-    if session is None:
-        yield warn(QuestionError("No document is loaded yet: upload a file, paste text, or load the sample first."), 7)
-        return
-    lm = load_model(CONFIG)
-    chat_before = chat_messages(session)
-    history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-    text = ""
-    try:
-        for event in session.ask(lm, question, config=CONFIG, baseline=bool(baseline),
-                                 progress=lambda f: progress(f, desc="Reading the document again"),
-                                 on_rebuild=lambda d: gr.Info(
-                                     f"Your document's cache had been freed to make room for other users; it was "
-                                     f"read again ({d.prefill_s:.1f} s).")):
-            if isinstance(event, Answer):
-                continue
-            text += event
-            history[-1] = {"role": "assistant", "content": text}
-            yield session, "", history, *[gr.skip()] * 4  # only the chat changes while streaming
-    except KvqaError as e:  # the chat goes back to what it was; the question stays in its box
-        yield session, question, chat_before, *warn(e, 4)
-        return
-    status, chat, summary, table, plot = panels(session)
-    yield session, "", chat, status, summary, table, plot
+    # ---- what the screen shows
 
-
-def on_stop(session):
-    if session is not None:
-        session.stop()
-
-
-def api_prefill(file: str | None = None, text: str | None = None, session=None, request: gr.Request = None,
-                progress=gr.Progress()):
-    """API: read a document (`text` for pasted text, `file` for an upload); returns the prefill figures."""
-    try:
-        session, changed = _read(_document(file, text), session, request, progress)
-    except KvqaError as e:
-        raise gr.Error(str(e), print_exception=False) from None
-    doc = session.prefilled
-    return (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: {doc.tokens} tokens, "
-            f"{doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, cache {doc.cache_bytes} bytes"), session
-
-
-def api_ask(question: str, session=None):
-    """API: answer a question about this client's document, streaming: each update is the answer so far, the last
-    one the whole answer (client.predict returns it; client.submit iterates the updates)."""
-    if session is None:
-        raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
-    text = ""
-    try:
-        for event in session.ask(load_model(CONFIG), question, config=CONFIG):
-            text = event.text if isinstance(event, Answer) else text + event
-            yield text, session
-    except KvqaError as e:
-        raise gr.Error(str(e), print_exception=False) from None
-
-
-# ---- layout -------------------------------------------------------------------------------------------------------
-
-with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
-    session_state = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=close_session)
-    gr.Markdown(
-        "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each question "
-        "then costs only its own tokens. Answers are exactly what the model says when it reads everything again."
-    )
-    with gr.Row():
-        with gr.Column(scale=2):
-            upload = gr.File(label="Upload a PDF, .txt or .md", file_types=[".pdf", ".txt", ".md"],
-                             type="filepath", elem_id="upload")
-            pasted = gr.Textbox(label="…or paste text", lines=5, max_lines=12, elem_id="paste")
-            with gr.Row():
-                read_btn = gr.Button("Read pasted text", elem_id="read")
-                sample_btn = gr.Button("Load the sample", elem_id="sample")
-            status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
-            gr.Markdown(
-                f"<sub>Limits: files up to {CONFIG.max_file_mb:g} MB; documents up to the model's context less "
-                f"{CONFIG.reserve_tokens} tokens for question and answer; PDFs up to {CONFIG.max_pdf_pages:,} pages; "
-                f"questions up to {CONFIG.max_question_tokens} tokens; answers up to {CONFIG.max_new_tokens} tokens."
-                "</sub>"
-            )
-        with gr.Column(scale=3):
-            chatbot = gr.Chatbot(label="Questions and answers", elem_id="chat", height=420, buttons=["copy"])
-            with gr.Row():
-                question_box = gr.Textbox(placeholder="Ask about the document (any language) and press Enter",
-                                          show_label=False, scale=5, elem_id="question")
-                ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="ask")
-                stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop")
-            baseline_box = gr.Checkbox(label="Also answer without the cache (measures the real speedup; slow)",
-                                       elem_id="baseline")
-    with gr.Accordion("Latency: one prefill against every answer", open=True):
-        summary = gr.Markdown(elem_id="latency-summary")
-        table = gr.Dataframe(
-            headers=["#", "question", "question tokens", "new tokens", "TTFT s", "total s", "tokens/s",
-                     "TTFT without cache s", "first-token speedup"],
-            interactive=False, elem_id="latency-table", wrap=True,
+    def status_markdown(self, session: Session | None, *, reused: bool = False) -> str:
+        if session is None or session.document is None:
+            return "No document loaded yet."
+        doc, info = session.prefilled, self.engine.info
+        if doc is None:
+            return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
+        pages = f", {session.document.pages} pages" if session.document.pages else ""
+        note = " (already loaded: not read again)" if reused else ""
+        return (
+            f"**{session.document.name}**{pages}{note}\n\n"
+            f"- model: {info.model} on {info.device} ({info.dtype})\n"
+            f"- document tokens: **{doc.tokens:,}**\n"
+            f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
+            f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} question "
+            f"and answer tokens)\n"
+            f"- memory for all sessions' caches: {self.budget.used_bytes / 2**20:,.0f} of "
+            f"{self.budget.limit_bytes / 2**20:,.0f} MB in use"
         )
-        plot = gr.Plot(elem_id="latency-plot", show_label=False)
 
-    shown = [status, chatbot, summary, table, plot]
-    upload.upload(on_upload, [upload, session_state], [session_state, *shown], api_visibility="private")
-    read_btn.click(on_paste, [pasted, session_state], [session_state, *shown], api_visibility="private")
-    sample_btn.click(on_sample, [session_state], [session_state, *shown], api_visibility="private")
-    ask_outputs = [session_state, question_box, chatbot, status, summary, table, plot]
-    for trigger in (ask_btn.click, question_box.submit):
-        trigger(on_ask, [question_box, session_state, baseline_box], ask_outputs, api_visibility="private")
-    stop_btn.click(on_stop, [session_state], None, queue=False, api_visibility="private")
+    def panels(self, session: Session | None, *, reused: bool = False) -> dict:
+        """Everything that shows the session, by component."""
+        return {self.state: session, self.status: self.status_markdown(session, reused=reused),
+                self.chat: chat_messages(session), self.summary: latency_summary(session),
+                self.table: latency_table(session), self.plot: latency_plot(session)}
 
-    # the gradio_client API: each client is its own session
-    with gr.Row(visible=False):
-        api_file, api_text, api_question = gr.File(), gr.Textbox(), gr.Textbox()
-        api_status, api_answer = gr.Textbox(), gr.Textbox()
-        api_prefill_btn, api_ask_btn = gr.Button(), gr.Button()
-    api_prefill_btn.click(api_prefill, [api_file, api_text, session_state], [api_status, session_state],
-                          api_name="prefill")
-    api_ask_btn.click(api_ask, [api_question, session_state], [api_answer, session_state], api_name="ask")
+    # ---- handlers
+
+    def document_from(self, file: str | None, text: str | None):
+        """The document a client sent: an uploaded file (nothing else on the server is read) or pasted text."""
+        if file:
+            return load_document(uploaded_file(file), config=self.config)
+        if text and text.strip():
+            if len(text) > self.config.max_file_bytes:
+                raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is "
+                                f"{self.config.max_file_bytes:,}. Paste the part you need.")
+            return document_from_text(text)
+        raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+
+    def read(self, document, session, request, progress) -> tuple[Session, bool]:
+        session = self.new_session(session, request)
+        progress(0, desc="Reading the document")
+        changed = session.load(document, progress=lambda f: progress(f, desc="Reading the document (prefill)"))
+        return session, changed
+
+    def show_read(self, get_document, session, request, progress) -> dict:
+        try:
+            session, changed = self.read(get_document(), session, request, progress)
+        except KvqaError as e:
+            return warn(e)
+        return self.panels(session, reused=not changed)
+
+    def on_upload(self, file, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: read an uploaded file once; show its figures."""
+        return self.show_read(lambda: self.document_from(file, None), session, request, progress)
+
+    def on_paste(self, text, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: read pasted text once."""
+        return self.show_read(lambda: self.document_from(None, text), session, request, progress)
+
+    def on_sample(self, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: load the sample document (a file of the app's own, never a path from the client)."""
+        return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, request, progress)
+
+    def on_ask(self, question, session, baseline, progress=gr.Progress()):
+        """UI: stream the answer into the chat, then its latency."""
+        if session is None:
+            yield warn(QuestionError("No document is loaded yet: upload a file, paste text, or load the sample "
+                                     "first."))
+            return
+        chat_before = chat_messages(session)
+        history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
+        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it was "
+                                    f"read again ({d.prefill_s:.1f} s).")
+        try:
+            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
+                             progress=lambda f: progress(f, desc="Reading the document again")) as pieces:
+                text = ""
+                for piece in pieces:
+                    text += piece
+                    history[-1] = {"role": "assistant", "content": text}
+                    yield {self.question: "", self.chat: history}  # only the chat changes while streaming
+        except KvqaError as e:  # the chat goes back to what it was; the question stays in its box
+            yield {self.question: question, self.chat: chat_before} | warn(e)
+            return
+        yield self.panels(session)
+
+    @staticmethod
+    def on_stop(session) -> None:
+        if session is not None:
+            session.stop()
+
+    def api_prefill(self, file: str | None = None, text: str | None = None, session=None,
+                    request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """API: read a document (`text` for pasted text, `file` for an upload); returns the prefill figures."""
+        try:
+            session, changed = self.read(self.document_from(file, text), session, request, progress)
+        except KvqaError as e:
+            raise gr.Error(str(e), print_exception=False) from None
+        doc = session.prefilled
+        return {self.api_status: (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: "
+                                  f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
+                                  f"cache {doc.cache_bytes} bytes"),
+                self.state: session}
+
+    def api_ask(self, question: str, session=None):
+        """API: answer a question about this client's document, streaming: each update is the answer so far, the last
+        one the whole answer (client.predict returns it; client.submit iterates the updates)."""
+        if session is None:
+            raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
+        try:
+            with session.ask(question) as pieces:
+                text = ""
+                for piece in pieces:
+                    text += piece
+                    yield {self.api_answer: text}
+                yield {self.api_answer: pieces.answer.text, self.state: session}
+        except KvqaError as e:
+            raise gr.Error(str(e), print_exception=False) from None
+
+    @staticmethod
+    def api_sources(session=None) -> list[dict]:
+        """API: the passages of the document the last answer relies on, best first: page (PDFs), start and end
+        (character offsets into the document's text) and text."""
+        if session is None or not session.turns:
+            raise gr.Error("No answer yet: call /prefill, then /ask, first.", print_exception=False)
+        return [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in session.turns[-1].sources]
+
+    def promise(self) -> str:
+        """What the answers are promised to be, for this engine's precision."""
+        info = self.engine.info
+        return f"<sub>{info.model} on {info.device} ({info.dtype}). {info.guarantee}</sub>"
+
+    # ---- layout
+
+    def build(self) -> gr.Blocks:
+        """The page and its events; components become attributes, so handlers return outputs by name."""
+        config = self.config
+        with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
+            self.state = gr.State(None, time_to_live=config.session_ttl_s, delete_callback=self.close_session)
+            gr.Markdown(
+                "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each "
+                "question then costs only its own tokens."
+            )
+            promise = gr.Markdown(elem_id="promise")
+            with gr.Row():
+                with gr.Column(scale=2):
+                    upload = gr.File(label="Upload a PDF, .txt or .md", file_types=[".pdf", ".txt", ".md"],
+                                     type="filepath", elem_id="upload")
+                    pasted = gr.Textbox(label="…or paste text", lines=5, max_lines=12, elem_id="paste")
+                    with gr.Row():
+                        read_btn = gr.Button("Read pasted text", elem_id="read")
+                        sample_btn = gr.Button("Load the sample", elem_id="sample")
+                    self.status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
+                    gr.Markdown(
+                        f"<sub>Limits: files up to {config.max_file_mb:g} MB; documents up to the model's context "
+                        f"less {config.reserve_tokens} tokens for question and answer; PDFs up to "
+                        f"{config.max_pdf_pages:,} pages; questions up to {config.max_question_tokens} tokens; "
+                        f"answers up to {config.max_new_tokens} tokens.</sub>"
+                    )
+                with gr.Column(scale=3):
+                    self.chat = gr.Chatbot(label="Questions and answers", elem_id="chat", height=420,
+                                           buttons=["copy"])
+                    with gr.Row():
+                        self.question = gr.Textbox(placeholder="Ask about the document (any language) and press "
+                                                   "Enter", show_label=False, scale=5, elem_id="question")
+                        ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="ask")
+                        stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop")
+                    baseline_box = gr.Checkbox(label="Also answer without the cache (measures the real speedup; "
+                                               "slow)", elem_id="baseline")
+            with gr.Accordion("Latency: one prefill against every answer", open=True):
+                self.summary = gr.Markdown(elem_id="latency-summary")
+                self.table = gr.Dataframe(
+                    headers=["#", "question", "question tokens", "new tokens", "TTFT s", "total s", "tokens/s",
+                             "TTFT without cache s", "first-token speedup"],
+                    interactive=False, elem_id="latency-table", wrap=True,
+                )
+                self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
+
+            shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot]
+            upload.upload(self.on_upload, [upload, self.state], shown, api_visibility="private")
+            read_btn.click(self.on_paste, [pasted, self.state], shown, api_visibility="private")
+            sample_btn.click(self.on_sample, [self.state], shown, api_visibility="private")
+            for trigger in (ask_btn.click, self.question.submit):
+                trigger(self.on_ask, [self.question, self.state, baseline_box], shown + [self.question],
+                        api_visibility="private")
+            stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
+            demo.load(self.promise, None, promise, api_visibility="private")
+
+            # the gradio_client API: each client is its own session
+            with gr.Row(visible=False):
+                api_file, api_text, api_question = gr.File(), gr.Textbox(), gr.Textbox()
+                self.api_status, self.api_answer = gr.Textbox(), gr.Textbox()
+                api_sources = gr.JSON()
+                api_prefill_btn, api_ask_btn, api_sources_btn = gr.Button(), gr.Button(), gr.Button()
+            api_prefill_btn.click(self.api_prefill, [api_file, api_text, self.state], [self.api_status, self.state],
+                                  api_name="prefill")
+            api_ask_btn.click(self.api_ask, [api_question, self.state], [self.api_answer, self.state],
+                              api_name="ask")
+            api_sources_btn.click(self.api_sources, [self.state], [api_sources], api_name="sources")
+        return demo
+
+
+def make_app(environ=os.environ, **overrides) -> KvqaApp:
+    """The app for these environment variables and overrides (model=...); the model loads on first use."""
+    config = config_from_env(environ, **overrides)
+    behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
+    return KvqaApp(config, make_engine(config, environ), behind_proxy=behind_proxy)
+
+
+try:
+    kvqa_app = make_app()
+except KvqaError as e:  # a bad KVQA_* variable: say which, without a traceback
+    raise SystemExit(f"kvqa: {e}") from None
+demo = kvqa_app.build()
+
+
+def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
+    """'user:password[,user:password...]' as Gradio's auth list; None when not set."""
+    if not value or not value.strip():
+        return None
+    pairs = []
+    for item in value.split(","):
+        user, sep, password = item.strip().partition(":")
+        if not sep or not user or not password:
+            raise ValueError("KVQA_AUTH / --auth must be user:password (several separated by commas).")
+        pairs.append((user, password))
+    return pairs
 
 
 def main(argv: list[str] | None = None) -> None:
-    global CONFIG
     parser = argparse.ArgumentParser(description="Serve the kvqa app.")
     parser.add_argument("--model", help="model id or folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
@@ -364,35 +427,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         auth = parse_auth(args.auth)
-    except ValueError as e:
+        served = make_app(model=args.model) if args.model else kvqa_app
+        info = served.engine.load()  # load before serving, so the first user does not wait for it
+    except (KvqaError, ValueError) as e:
         raise SystemExit(f"kvqa: {e}") from None
     if args.share and not auth:
         print("kvqa: warning: --share makes this app reachable by anyone who has the link, for 72 hours, and lets "
               "them use this machine's model and memory; add --auth user:password to require a login.",
               file=sys.stderr)
-    if args.model:
-        CONFIG = config_from_env(os.environ, model=args.model)
-    try:
-        lm = load_model(CONFIG)  # load before serving, so the first user does not wait for it
-    except KvqaError as e:
-        raise SystemExit(f"kvqa: {e}")
-    print(f"kvqa: {lm.name} on {lm.device} ({lm.dtype}), loaded in {lm.load_s:.1f} s")
-    demo.queue(default_concurrency_limit=args.concurrency, max_size=args.queue_size)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth, show_error=False,
-                max_file_size=CONFIG.max_file_bytes, theme=gr.themes.Soft())
-
-
-def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
-    """'user:password[,user:password...]' as Gradio's auth list; None when not set."""
-    if not value or not value.strip():
-        return None
-    pairs = []
-    for item in value.split(","):
-        user, sep, password = item.strip().partition(":")
-        if not sep or not user or not password:
-            raise ValueError("KVQA_AUTH / --auth must be user:password (several separated by commas).")
-        pairs.append((user, password))
-    return pairs
+    print(f"kvqa: {info.model} on {info.device} ({info.dtype}), {info.kind} engine, loaded in {info.load_s:.1f} s")
+    page = served.build() if served is not kvqa_app else demo
+    page.queue(default_concurrency_limit=args.concurrency, max_size=args.queue_size)
+    page.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth, show_error=False,
+                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft())
 
 
 if __name__ == "__main__":

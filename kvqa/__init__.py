@@ -1,16 +1,23 @@
-"""kvqa: read a long document once, answer every question from a copy-free rollback of its key/value cache."""
+"""kvqa: read a long document once, answer every question from a copy-free rollback of its key/value cache.
 
-from .answer import Answer, answer, answer_without_cache, stream, stream_without_cache
+The public surface: an engine built from the settings (`make_engine(Config())`) prefills documents and streams
+answers; a `Session` holds one user's document, cache and turns. The local engine's functions (`prefill`, `stream`,
+`answer`...) also work on a model you loaded yourself.
+"""
+
 from .config import DEFAULT_MODEL, Config
 from .documents import Document, document_from_text, load_document
+from .engines import Engine, EngineInfo, LocalEngine, make_engine
+from .engines.local import answer, answer_without_cache, prefill, stream, stream_without_cache
 from .errors import BusyError, DocumentError, DocumentTooLong, KvqaError, ModelError, OutOfMemory, QuestionError
 from .model import LoadedModel, load_model
-from .prefill import PrefilledDocument, prefill
+from .results import Answer, AnswerStream, PrefilledDocument
+from .session import Session
 from .timing import Timings
 
 __all__ = [
-    "Answer", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError", "DocumentTooLong", "KvqaError",
-    "LoadedModel", "ModelError", "OutOfMemory", "PrefilledDocument", "QuestionError", "Timings", "answer",
-    "answer_without_cache", "document_from_text", "load_document", "load_model", "prefill", "stream",
-    "stream_without_cache",
+    "Answer", "AnswerStream", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError", "DocumentTooLong",
+    "Engine", "EngineInfo", "KvqaError", "LoadedModel", "LocalEngine", "ModelError", "OutOfMemory",
+    "PrefilledDocument", "QuestionError", "Session", "Timings", "answer", "answer_without_cache",
+    "document_from_text", "load_document", "load_model", "make_engine", "prefill", "stream", "stream_without_cache",
 ]

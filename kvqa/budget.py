@@ -18,13 +18,10 @@ from .memory import default_budget_bytes, release_memory
 
 __all__ = ["CacheBudget", "default_budget_bytes", "release_memory"]
 
-PER_CLIENT = 3  # caches one client address may hold at once
-
-
 class CacheBudget:
     """Tracks the bytes of every live prefilled cache by owner, in least-recently-used order, plus reservations."""
 
-    def __init__(self, limit_bytes: int, *, per_client: int = PER_CLIENT):
+    def __init__(self, limit_bytes: int, *, per_client: int = 3):
         self.limit_bytes = limit_bytes
         self.per_client = per_client
         self._held: OrderedDict[object, int] = OrderedDict()  # owner -> bytes of its live cache, oldest first
@@ -105,13 +102,14 @@ class CacheBudget:
                 + sum(b for o, b in self._reserved.items() if o is not owner))
 
 
-def budget_for(lm, limit_mb: float | None) -> CacheBudget:
-    """limit_mb if set, else half the free memory where caches live: the GPU, or the CPU (also on ZeroGPU, which
-    keeps them there between calls)."""
+
+
+def budget_for(engine, config) -> CacheBudget:
+    """config.cache_budget_mb if set, else half the free memory where the engine keeps caches (the GPU, or the
+    CPU: also on ZeroGPU, which keeps them there between calls); config.caches_per_client per client."""
     import torch
 
-    from . import zerogpu
-
-    if limit_mb:
-        return CacheBudget(int(limit_mb * 2**20))
-    return CacheBudget(default_budget_bytes(torch.device("cpu") if zerogpu.ACTIVE else lm.device))
+    if config.cache_budget_mb:
+        return CacheBudget(int(config.cache_budget_mb * 2**20), per_client=config.caches_per_client)
+    limit = default_budget_bytes(torch.device(engine.info.cache_device))
+    return CacheBudget(limit, per_client=config.caches_per_client)

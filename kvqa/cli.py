@@ -37,15 +37,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
-    flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature")
+    flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature",
+             "repeat_stop")
     return config_from_env(os.environ, **{name: getattr(args, name, None) for name in flags})
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from .answer import Answer, stream, stream_without_cache
     from .documents import decode_text, document_from_text, load_document
-    from .model import load_model
-    from .prefill import prefill
+    from .engines import make_engine
 
     config = config_from(args)
     if args.doc == "-":
@@ -59,34 +58,42 @@ def _ask(args: argparse.Namespace) -> int:
     chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
     say(f"loading {config.model} ...")
-    lm = load_model(config)
-    say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
-    result = {"model": lm.name, "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "answers": []}
+    engine = make_engine(config)
+    info = engine.load()
+    say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
+    result = {"model": info.model, "engine": info.kind, "dtype": info.dtype,
+              "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
+              "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "answers": []}
     if args.no_cache:
-        run = lambda q: stream_without_cache(lm, document, q, config=config, temperature=config.temperature)
+        run = lambda q: engine.stream_without_cache(document, q)
     else:
-        doc = prefill(lm, document, config=config,
-                      progress=lambda f: say(f"\rprefill {f:4.0%}", end=""))
+        doc = engine.prefill(document, progress=lambda f: say(f"\rprefill {f:4.0%}", end=""))
         say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
             f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
         result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes)
-        run = lambda q: stream(lm, doc, q, temperature=config.temperature)
+        run = lambda q: engine.stream(doc, q)
     for q in questions:
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
-        for event in run(q):
-            if isinstance(event, Answer):
-                t = event.timings
-                result["answers"].append({
-                    "question": q, "answer": event.text, "question_tokens": t.question_tokens,
-                    "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s,
-                })
-                if args.no_cache:
-                    result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
-            elif not args.json:
-                print(event, end="", flush=True)
+        with run(q) as pieces:
+            for piece in pieces:
+                if not args.json:
+                    print(piece, end="", flush=True)
+            answer = pieces.answer
+        t = answer.timings
+        result["answers"].append({
+            "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
+            "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
+            "sources": [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in answer.sources],
+        })
+        if args.no_cache:
+            result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
         if not args.json:
-            print()
+            print(f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else "")
+            for n, source in enumerate(answer.sources, start=1):
+                where = f"page {source.page}, " if source.page else ""
+                print(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): "
+                      f"{_quote(source.text)}")
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
@@ -108,7 +115,13 @@ def _bench(args: argparse.Namespace) -> int:
     return run_from_args(args, config_from(args))
 
 
+def _quote(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return f"“{text if len(text) <= limit else text[: limit - 1] + '…'}”"
+
+
 def _print_summary(result: dict, *, no_cache: bool) -> None:
+    print("\n" + result["guarantee"])
     print("\n" + ("no cache: every question recomputed the whole prompt" if no_cache else
                   f"prefill: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
     print(f"{'question':<40} {'tokens in':>9} {'new':>5} {'TTFT s':>8} {'total s':>8}")
@@ -135,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--max-question-tokens", type=int, help="longest question in tokens (default 512)")
     ask.add_argument("--chunk-size", type=int, help="prefill chunk in tokens (default 512)")
     ask.add_argument("--temperature", type=float, help="0 (default) answers greedily and exactly")
+    ask.add_argument("--repeat-stop", type=int, help="end an answer that repeats itself over this many tokens "
+                     "(default 12; 0: never)")
     ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)

@@ -27,10 +27,15 @@ class Config:
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve
     temperature: float = 0.0  # 0 is greedy: exact and repeatable
+    seed: int | None = None  # for sampling (temperature > 0): the same seed gives the same answer
+    repeat_stop: int = 12  # end an answer that repeats a span whole over this many tokens ("repeating"); 0: never
     max_file_mb: float = 50.0  # largest upload or file read
     max_pdf_pages: int = 2000
     max_pdf_seconds: float = 120.0  # give up extracting a PDF's text after this long
     cache_budget_mb: float | None = None  # all sessions' caches together; None: half the free RAM / GPU memory
+    caches_per_client: int = 3  # caches one client address holds at once; its own oldest is evicted first
+    sessions_per_client: int = 16  # sessions with a document one client address may have open
+    session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
 
     @property
@@ -48,6 +53,8 @@ ENVIRONMENT = {
     "chunk_size": "KVQA_CHUNK_SIZE", "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS",
     "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
+    "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
+    "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
 }
 
 
@@ -73,7 +80,8 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model"] = SPACES_DEFAULT_MODEL
     settings.update({k: v for k, v in overrides.items() if v is not None})
     config = replace(defaults, **settings)
-    numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds")
+    numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
+               "caches_per_client", "sessions_per_client", "session_ttl_s")
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
         raise KvqaError(f"{', '.join(low) or 'KVQA_CACHE_BUDGET_MB'}: must be above 0 (chunk size, token and "

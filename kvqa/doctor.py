@@ -87,12 +87,9 @@ def diagnose(config: Config, environ) -> list[Check]:
         line += f" (~{budget // bytes_per_token(model_config, dtype):,} tokens)"
     checks.append(Check("memory budget", line + ("" if config.cache_budget_mb else
                                                  " (half the free memory; set KVQA_CACHE_BUDGET_MB to change)")))
-    from . import zerogpu
+    from .engines import zerogpu_status
 
-    installed = importlib.util.find_spec("spaces") is not None
-    checks.append(Check("ZeroGPU", "active: prefill and answers run in @spaces.GPU functions" if zerogpu.ACTIVE else
-                        "not active (spaces is installed, but SPACES_ZERO_GPU is not set)" if installed else
-                        "not active (the spaces package is not installed)"))
+    checks.append(Check("ZeroGPU", zerogpu_status(environ)))
     return checks
 
 

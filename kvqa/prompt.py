@@ -15,7 +15,9 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from .errors import ModelError
+from .errors import ModelError, QuestionError
+
+MAX_QUESTION_CHARS = 20_000
 
 INSTRUCTIONS = (
     "You answer questions about the document below. Use only the document; if it does not contain the answer, "
@@ -71,7 +73,8 @@ class ChatPrompt:
         """Token ids of everything up to and including the end of the system turn that holds the document."""
         rendered = _render(self.tokenizer, system_text(document), _QUESTION, self.date_string)
         tail = self.mid + _QUESTION + self.post
-        assert rendered.startswith(self.pre) and rendered.endswith(tail), "template is not linear in the document"
+        if not (rendered.startswith(self.pre) and rendered.endswith(tail)):
+            raise ModelError(_NOT_SPLITTABLE + " (the text around the document changes with the document)")
         content = rendered[len(self.pre): len(rendered) - len(tail)]
         return self._ids([(self.pre, False), (content, True), (self.mid[: self.cut], False)])
 
@@ -79,9 +82,30 @@ class ChatPrompt:
         """Token ids of the user turn holding the question and the assistant's generation prompt."""
         rendered = _render(self.tokenizer, _DOC, question, self.date_string)
         head = self.pre + _DOC + self.mid
-        assert rendered.startswith(head) and rendered.endswith(self.post), "template is not linear in the question"
+        if not (rendered.startswith(head) and rendered.endswith(self.post)):
+            raise ModelError(_NOT_SPLITTABLE + " (the text around the question changes with the question)")
         content = rendered[len(head): len(rendered) - len(self.post)]
         return self._ids([(self.mid[self.cut:], False), (content, True), (self.post, False)])
+
+    def question_ids(self, question: str, *, limit: int) -> list[int]:
+        """The question's suffix ids; raises QuestionError when it is empty or longer than `limit` tokens."""
+        if not question or not question.strip():
+            raise QuestionError("The question is empty: type a question about the document.")
+        if len(question) > MAX_QUESTION_CHARS:
+            raise QuestionError(f"The question is {len(question):,} characters; the limit is {MAX_QUESTION_CHARS:,}. "
+                                "Ask something shorter.")
+        ids = self.suffix_ids(question)
+        if len(ids) > limit:
+            raise QuestionError(f"The question is {len(ids):,} tokens; the limit is {limit:,}. Ask something shorter.")
+        return ids
+
+    def check(self) -> None:
+        """Raise ModelError unless prefix + suffix ids equal the whole conversation tokenized in one go, for a
+        sample with CJK, emoji and edge whitespace: run once when a model is loaded, not during a question."""
+        document, question = " Ein Dokument: 文档只读一次 🙂\n", "Was steht darin? 里面写了什么？ "
+        whole = self.tokenizer(self.rendered(document, question), add_special_tokens=False)["input_ids"]
+        if self.prefix_ids(document) + self.suffix_ids(question) != whole:
+            raise ModelError(_NOT_SPLITTABLE + " (its tokens differ when the prompt is cut after the system turn)")
 
     def rendered(self, document: str, question: str) -> str:
         """The whole conversation as text, rendered in one go."""
@@ -109,6 +133,10 @@ class ChatPrompt:
         if not text:
             return []
         return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+_NOT_SPLITTABLE = ("kvqa cannot use this model's chat template: it cannot be cut exactly between the document and the "
+                   "question. Choose another instruct model (Llama 3.x, Qwen2, SmolLM2...)")
 
 
 def _render(tokenizer, system: str, user: str, date_string: str) -> str:

@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .answer import Answer
 from .budget import CacheBudget
-from .memory import release_memory
-from .config import Config
 from .documents import Document
+from .engines import Engine
 from .errors import BusyError, QuestionError
-from .model import LoadedModel
-from .prefill import PrefilledDocument
+from .memory import release_memory
+from .results import Answer, AnswerStream, PrefilledDocument
+from .sources import Source
 from .timing import Timings
-from . import zerogpu
 
 
 @dataclass(frozen=True)
@@ -33,17 +31,20 @@ class Turn:
     timings: Timings
     baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
     stopped: bool = False  # the user pressed Stop; timings cover what was generated until then
+    stop_reason: str = "eos"
+    sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
 
 
-def fingerprint(lm: LoadedModel, document: Document) -> str:
+def fingerprint(engine: Engine, document: Document) -> str:
     """Same text with the same model means the same cache: no second prefill."""
-    return hashlib.sha256(f"{lm.name}\0{document.text}".encode()).hexdigest()
+    return hashlib.sha256(f"{engine.info.model}\0{document.text}".encode()).hexdigest()
 
 
 class Session:
     """A user's document, its prefilled cache (which the budget may evict; it is then rebuilt) and turns."""
 
-    def __init__(self, budget: CacheBudget | None = None, *, client: str | None = None):
+    def __init__(self, engine: Engine, budget: CacheBudget | None = None, *, client: str | None = None):
+        self.engine = engine
         self.budget = budget
         self.client = client  # who opened it (an address), for per-client limits in the budget
         self.document: Document | None = None
@@ -57,49 +58,44 @@ class Session:
     def busy(self) -> bool:
         return self._busy.locked()
 
-    def load(self, lm: LoadedModel, document: Document, *, config: Config,
-             progress: Callable[[float], None] | None = None) -> bool:
+    def load(self, document: Document, *, progress: Callable[[float], None] | None = None) -> bool:
         """Prefill a new document, replacing the old one and the chat; False if it is the one already loaded."""
-        key = fingerprint(lm, document)
+        key = fingerprint(self.engine, document)
         if key == self.fingerprint and self.prefilled is not None:
             return False
         with self._exclusive():
-            prefilled = self._prefill(lm, document, config=config, progress=progress)
+            prefilled = self._prefill(document, progress=progress)
             self.document, self.prefilled, self.fingerprint, self.turns = document, prefilled, key, []
         return True
 
-    def ask(self, lm: LoadedModel, question: str, *, config: Config, baseline: bool = False,
-            progress: Callable[[float], None] | None = None,
-            on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> Iterator[str | Answer]:
-        """Stream the answer from the document's cache, then the Answer; record the turn. If the cache was evicted
-        it is rebuilt first and on_rebuild(prefilled) is called. With baseline=True the question is answered again
-        without the cache afterwards, to measure the real speedup (Turn.baseline)."""
+    def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
+            on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:
+        """Stream the answer from the document's cache and record the turn. If the cache was evicted it is rebuilt
+        first and on_rebuild(prefilled) is called. With baseline=True the question is answered again without the
+        cache afterwards, to measure the real speedup (Turn.baseline). Nothing runs until the stream is iterated;
+        closing it early ends the answer and frees the session at once."""
         if self.document is None:
             raise QuestionError("No document is loaded yet: upload a file, paste text, or load the sample first.")
+        return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild))
+
+    def _ask(self, question, *, baseline, progress, on_rebuild) -> Generator[str, None, Answer]:
         with self._exclusive():
             self._stop.clear()
             if self.prefilled is None or (self.budget is not None and not self.budget.touch(self)):
-                self.prefilled = self._prefill(lm, self.document, config=config, progress=progress)
+                self.prefilled = self._prefill(self.document, progress=progress)
                 if on_rebuild is not None:
                     on_rebuild(self.prefilled)
-            events = zerogpu.run_stream(lm, self.prefilled, question, config=config, temperature=config.temperature,
-                                should_stop=self._stop.is_set)
-            try:
-                for event in events:
-                    if isinstance(event, Answer):
-                        result = event
-                    else:
-                        yield event
-            finally:
-                events.close()  # a consumer that went away: the cache rolls back now, not at garbage collection
+            with self.engine.stream(self.prefilled, question, should_stop=self._stop.is_set) as pieces:
+                yield from pieces  # closing this generator closes the answer: the cache rolls back now
+                result = pieces.answer
             measured = None
             if baseline and result.stop_reason != "stopped":
-                measured = zerogpu.run_without_cache(lm, self.document, question, config=config,
-                                                     prompt=self.prefilled.prompt,
-                                                     temperature=config.temperature).timings
+                measured = self.engine.stream_without_cache(self.document, question,
+                                                            prompt=self.prefilled.prompt).answer.timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
-                                   stopped=result.stop_reason == "stopped"))
-            yield result
+                                   stopped=result.stop_reason == "stopped", stop_reason=result.stop_reason,
+                                   sources=result.sources))
+            return result
 
     def stop(self) -> None:
         """Ask the running answer to end before its next token."""
@@ -124,10 +120,10 @@ class Session:
         finally:
             self._busy.release()
 
-    def _prefill(self, lm, document, *, config, progress) -> PrefilledDocument:
+    def _prefill(self, document, *, progress) -> PrefilledDocument:
         admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
         try:
-            prefilled = zerogpu.run_prefill(lm, document, config=config, progress=progress, admit=admit)
+            prefilled = self.engine.prefill(document, progress=progress, admit=admit)
         except BaseException:
             if self.budget is not None:
                 self.budget.cancel(self)

@@ -31,6 +31,7 @@ class Timings:
     ttft_s: float  # from the question to its first generated token (its id chosen, not its text shown)
     answer_s: float  # from the question to the last token
     fork_s: float = 0.0  # cost of giving the question its own view of the document cache
+    sources_s: float = 0.0  # finding the passages the answer relies on (after the answer, not in answer_s)
 
     @property
     def decode_tokens_per_s(self) -> float:

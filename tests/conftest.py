@@ -26,7 +26,7 @@ def default_lm() -> kvqa.LoadedModel:
     return kvqa.load_model(kvqa.Config())
 
 
-def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2) -> kvqa.LoadedModel:
+def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32) -> kvqa.LoadedModel:
     """A randomly initialised 2-layer Llama with the tokenizer's vocabulary, in the manner of transformers' tests."""
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -38,12 +38,20 @@ def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2) -> kvqa.LoadedModel
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0, 0.2)
-    return prepare(model, tokenizer, name="tiny-llama", device=torch.device("cpu"))
+    return prepare(model.to(dtype), tokenizer, name="tiny-llama", device=torch.device("cpu"))
 
 
 @pytest.fixture(scope="session")
 def tiny_lm(default_lm) -> kvqa.LoadedModel:
     return tiny_llama(default_lm.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def half_lms(default_lm) -> dict[str, kvqa.LoadedModel]:
+    """The tiny Llama in bfloat16 and float16, and the default model in bfloat16 (what a GPU runs by default)."""
+    return {"tiny-bfloat16": tiny_llama(default_lm.tokenizer, dtype=torch.bfloat16),
+            "tiny-float16": tiny_llama(default_lm.tokenizer, dtype=torch.float16),
+            "smollm2-bfloat16": kvqa.load_model(kvqa.Config(dtype="bfloat16"))}
 
 
 @pytest.fixture(scope="session")

@@ -51,8 +51,8 @@ def test_cli_bad_questions(question, message, capsys, tmp_path, default_lm):
 
 @pytest.fixture(scope="module")
 def session(default_lm):
-    session, *_ = app.on_paste("The secret word is pelican.", None)
-    list(app.on_ask("What is the secret word?", session, False))
+    session = app.kvqa_app.on_paste("The secret word is pelican.", None)[app.kvqa_app.state]
+    list(app.kvqa_app.on_ask("What is the secret word?", session, False))
     yield session
     session.close()
 
@@ -65,7 +65,7 @@ def snapshot(session):
 def test_app_upload_shows_a_message_and_keeps_the_session(bad_files, name, session):
     before = snapshot(session)
     with pytest.warns(UserWarning, match=MESSAGES[name].split("'")[0]):
-        app.on_upload(as_upload(bad_files / name), session)
+        app.kvqa_app.on_upload(as_upload(bad_files / name), session)
     assert snapshot(session) == before
 
 
@@ -73,5 +73,5 @@ def test_app_upload_shows_a_message_and_keeps_the_session(bad_files, name, sessi
 def test_app_bad_questions_keep_the_session(question, session):
     before = snapshot(session)
     with pytest.warns(UserWarning):
-        list(app.on_ask(question, session, False))
+        list(app.kvqa_app.on_ask(question, session, False))
     assert snapshot(session) == before

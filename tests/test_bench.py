@@ -12,12 +12,14 @@ import pytest
 
 import kvqa
 from kvqa.bench import METHODS, QUESTIONS, SAMPLE_DOCUMENT, BenchError, cut_document, format_table, run_bench, write_plot
+from kvqa.cache import bytes_per_token
 from kvqa.cli import main
 from kvqa.prompt import ChatPrompt
 
 ROOT = Path(__file__).parent.parent
 ROW_KEYS = {"method", "context_tokens", "prefill_s", "ttft_s", "answer_s", "decode_tokens_per_s", "fork_s",
-            "peak_memory_bytes", "cache_bytes", "theoretical_cache_bytes", "floor_ttft_s", "same_answers"}
+            "peak_memory_bytes", "cache_bytes", "theoretical_cache_bytes", "floor_ttft_s", "same_answers",
+            "ttft_over_floor", "decode_floor_s", "decode_step_s", "decode_over_floor"}
 TINY_CONFIG = {  # a 2-layer Llama with a vocabulary smaller than the tokenizer's: ids are folded into it
     "model_type": "llama", "vocab_size": 4096, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
@@ -27,7 +29,8 @@ TINY_CONFIG = {  # a 2-layer Llama with a vocabulary smaller than the tokenizer'
 
 def check_result(result: dict, contexts: list[int], questions: int, max_new_tokens: int) -> None:
     assert set(result) == {"machine", "model", "results"}
-    assert {"cpu", "cores", "torch", "device", "dtype", "date", "gpu"} <= set(result["machine"])
+    assert {"cpu", "cores", "torch", "device", "dtype", "date", "gpu", "bandwidth_gb_s"} <= set(result["machine"])
+    assert result["machine"]["bandwidth_gb_s"] > 0
     rows = result["results"]
     assert [(r["method"], r["target_context_tokens"]) for r in rows] == [(m, n) for n in contexts for m in METHODS]
     for r in rows:
@@ -44,8 +47,10 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
         if r["method"] == "kvqa":
             assert r["floor_ttft_s"] > 0 and r["unchunked_prefill_s"] > 0 and r["chunked_prefill_s"] > 0
             assert r["cache_tokens"] == r["context_tokens"] + 512 + max_new_tokens  # document + reserve
+            assert r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0
         else:
             assert r["floor_ttft_s"] is None
+            assert r["ttft_over_floor"] is r["decode_floor_s"] is r["decode_step_s"] is r["decode_over_floor"] is None
         if r["method"] == "seed":
             assert r["cache_tokens"] == r["context_tokens"]
     by_context = {}
@@ -66,6 +71,37 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
     assert all(m in table for m in METHODS) and "targets at" in table and "unchunked" in table
     write_plot(result, tmp_path / "ttft.png")
     assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_measures_bandwidth_and_the_decode_floor(tiny_lm):
+    """Issue 12 item 1, "know the floor": the bandwidth once per run; per kvqa row the decode step against
+    (weights + KV at the context) / bandwidth, and TTFT against the question's bare forward."""
+    config = kvqa.Config(max_new_tokens=5, chunk_size=48)
+    result = run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[80, 160], questions=QUESTIONS[:2],
+                       config=config, methods=("seed", "kvqa"), warm_up=False)
+    machine = result["machine"]
+    assert machine["bandwidth_gb_s"] > 0 and machine["bandwidth_runs"] >= 3
+    params = [p for _, p in tiny_lm.model.named_parameters(remove_duplicate=False)]
+    weights = sum({p.data_ptr(): p.nbytes for p in params}.values())
+    assert weights < sum(p.nbytes for p in params)  # the tied embedding and head are counted once
+    kvqa_rows = [r for r in result["results"] if r["method"] == "kvqa"]
+    assert len(kvqa_rows) == 2
+    for r in kvqa_rows:
+        assert r["decode_floor_s"] > 0 and r["decode_step_s"] > 0 and r["decode_over_floor"] > 0
+        assert r["ttft_over_floor"] > 0
+        assert r["weight_bytes"] == weights
+        assert r["kv_bytes"] == bytes_per_token(tiny_lm.config, tiny_lm.dtype) * r["context_tokens"]
+        assert r["decode_floor_s"] == pytest.approx((weights + r["kv_bytes"]) / (machine["bandwidth_gb_s"] * 1e9))
+        assert r["decode_step_s"] == pytest.approx(1 / r["decode_tokens_per_s"])
+        assert r["decode_over_floor"] == pytest.approx(r["decode_step_s"] / r["decode_floor_s"])
+        assert r["ttft_over_floor"] == pytest.approx(r["ttft_s"] / r["floor_ttft_s"])
+    assert kvqa_rows[1]["decode_floor_s"] > kvqa_rows[0]["decode_floor_s"]  # more KV to read at the longer context
+    assert all(r["decode_floor_s"] is r["decode_over_floor"] is r["ttft_over_floor"] is None
+               for r in result["results"] if r["method"] == "seed")
+    table = format_table(result)
+    assert f"memory read bandwidth {machine['bandwidth_gb_s']:,.1f} GB/s" in table
+    assert "step/floor" in table and "TTFT/floor" in table
+    assert f"{kvqa_rows[0]['decode_over_floor']:,.2f}x" in table
 
 
 def test_bench_default_model_same_answers(default_lm):

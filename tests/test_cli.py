@@ -30,14 +30,20 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     cached = kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json")
     assert cached.returncode == 0, cached.stderr
     result = json.loads(cached.stdout)  # exactly one JSON object on stdout
-    assert set(result) == {"model", "context_tokens", "prefill_s", "cache_bytes", "answers"}
+    assert set(result) == {"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "context_tokens",
+                           "prefill_s", "cache_bytes", "answers"}
     assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20
+    assert result["engine"] == "local" and result["dtype"] == "float32" and result["exact_vs_recompute"] is True
     assert result["prefill_s"] > 0 and result["cache_bytes"] > 0
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
-        assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s"}
+        assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
+                          "sources"}
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
     assert "pelican" in result["answers"][0]["answer"].lower()
+    first = result["answers"][0]["sources"][0]
+    assert set(first) == {"page", "start", "end", "text"} and "pelican" in first["text"] and first["page"] is None
+    assert doc_path.read_text()[first["start"]: first["end"]] == first["text"]
 
     baseline = json.loads(kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json",
                                "--no-cache").stdout)
@@ -50,6 +56,7 @@ def test_stdin_document_and_readable_output(default_lm):
     run = kvqa("ask", "-", "-q", "文件里的秘密词是什么？", "--max-new-tokens", "12", stdin="秘密词是鹈鹕。The secret word is pelican.")
     assert run.returncode == 0, run.stderr
     assert "Q: 文件里的秘密词是什么？" in run.stdout and "A: " in run.stdout
+    assert "Greedy answers from the cache are bit for bit" in run.stdout
     assert "TTFT" in run.stdout and "prefill" in run.stdout
 
 

@@ -8,7 +8,7 @@ import torch
 
 import kvqa
 from kvqa.cache import bytes_per_token, new_cache
-from kvqa.prefill import run_chunks
+from kvqa.engines.local import run_chunks
 
 QUESTIONS = ["What is the secret word?", "When does the museum open?", "这份文件讲了什么？", "Summarise the document."]
 TEXT = (
@@ -47,6 +47,38 @@ def test_cached_answers_equal_whole_prompt_answers(lm):
         assert cached.timings.question_tokens < whole.timings.question_tokens
         assert_unchanged(doc, before)
     assert doc.cache_bytes == bytes_per_token(lm.config, lm.dtype) * (doc.tokens + config.reserve_tokens)
+
+
+@pytest.mark.parametrize("name", ["tiny-bfloat16", "tiny-float16", "smollm2-bfloat16"])
+def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_the_same_chunks(half_lms, name):
+    """Issue 11: in bf16/fp16 a single forward over the whole prompt rounds differently from the chunked prefill
+    (different matmul shapes), so only the recompute in the same chunks is promised, and it holds bit for bit."""
+    lm = half_lms[name]
+    document = kvqa.document_from_text(TEXT)
+    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    doc = kvqa.prefill(lm, document, config=config)
+    before = snapshot(doc)
+    assert doc.cache.tensors()[0][0].dtype == lm.dtype != torch.float32
+    for question in QUESTIONS:
+        cached = kvqa.answer(lm, doc, question)
+        again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt, same_schedule=True)
+        assert cached.token_ids == again.token_ids and cached.text == again.text, question
+        assert_unchanged(doc, before)
+    ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS[0])
+    with torch.no_grad():
+        scratch = new_cache(lm.config, len(ids))
+        for start in range(0, doc.tokens, config.chunk_size):
+            run_chunks(lm, ids[start: min(start + config.chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
+        fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))
+        cached = run_chunks(lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
+    doc.cache.rollback(doc.tokens)
+    assert torch.equal(fresh, cached)  # the logits, bit for bit
+
+
+def test_the_promise_follows_the_precision(default_lm, half_lms):
+    assert kvqa.LocalEngine(kvqa.Config(), lm=default_lm).info.exact_vs_recompute
+    half = kvqa.LocalEngine(kvqa.Config(), lm=half_lms["smollm2-bfloat16"]).info
+    assert not half.exact_vs_recompute and "same chunks" in half.guarantee and "bfloat16" in half.guarantee
 
 
 def test_same_question_twice_gives_the_same_answer(tiny_lm):

@@ -19,6 +19,7 @@ import app
 import kvqa
 from kvqa.budget import CacheBudget
 from kvqa.cache import bytes_per_token
+from kvqa.engines import LocalEngine
 from kvqa.session import Session
 from kvqa.uploads import NOT_AN_UPLOAD, upload_folder, uploaded_file
 
@@ -87,11 +88,11 @@ def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):
     """What every handler does with a path, also if a deployment bypasses Gradio's own check (see the next test)."""
     for kind, path in outside_paths(secret, tmp_path).items():
         with pytest.raises(gr.Error, match="was not uploaded to this app") as e:
-            app.api_prefill(file=path, session=None)
+            app.kvqa_app.api_prefill(file=path, session=None)
         assert str(secret) not in str(e.value), kind
         with pytest.warns(UserWarning, match="was not uploaded to this app"):
-            outputs = app.on_upload(path, None)
-        assert all(o == gr.skip() for o in outputs)  # no session created, nothing shown
+            outputs = app.kvqa_app.on_upload(path, None)
+        assert outputs == {}  # no session created, nothing on screen changes
     assert reads == []  # nothing was read
 
 
@@ -145,12 +146,13 @@ def test_a_client_with_many_sessions_evicts_only_its_own_caches(tiny_lm):
     one = bytes_per_token(tiny_lm.config, tiny_lm.dtype) * (len(kvqa.prefill(tiny_lm, docs[0], config=config).ids)
                                                             + config.reserve_tokens)
     budget = CacheBudget(int(one * 6.5), per_client=2)  # room for six caches; two per client
-    others = [Session(budget, client="10.0.0.1"), Session(budget, client="10.0.0.2")]
+    engine = LocalEngine(config, lm=tiny_lm)
+    others = [Session(engine, budget, client="10.0.0.1"), Session(engine, budget, client="10.0.0.2")]
     for session, doc in zip(others, docs):
-        session.load(tiny_lm, doc, config=config)
-    greedy = [Session(budget, client="10.0.0.9") for _ in range(6)]
+        session.load(doc)
+    greedy = [Session(engine, budget, client="10.0.0.9") for _ in range(6)]
     for session, doc in zip(greedy, docs[2:]):
-        session.load(tiny_lm, doc, config=config)
+        session.load(doc)
         assert budget.used_bytes <= budget.limit_bytes
     assert all(s.prefilled is not None for s in others)  # everyone else's caches are untouched
     assert [s.prefilled is not None for s in greedy] == [False] * 4 + [True] * 2

@@ -12,6 +12,7 @@ import torch
 import kvqa
 from kvqa.budget import CacheBudget
 from kvqa.cache import bytes_per_token
+from kvqa.engines import LocalEngine
 from kvqa.session import Session
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
@@ -20,7 +21,11 @@ DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document i
 
 
 def answer(lm, session: Session, question: str, **kw) -> kvqa.Answer:
-    return list(session.ask(lm, question, config=CONFIG, **kw))[-1]
+    return session.ask(question, **kw).answer
+
+
+def new_session(lm, budget=None, **kw) -> Session:
+    return Session(LocalEngine(CONFIG, lm=lm), budget, **kw)
 
 
 def cache_bytes(lm, document) -> int:
@@ -31,26 +36,26 @@ def cache_bytes(lm, document) -> int:
 def test_least_recently_used_cache_is_evicted_and_rebuilt_on_the_next_question(tiny_lm):
     one = cache_bytes(tiny_lm, DOCS[0])
     budget = CacheBudget(int(one * 2.5))  # room for two documents
-    sessions = [Session(budget) for _ in DOCS]
-    sessions[0].load(tiny_lm, DOCS[0], config=CONFIG)
-    sessions[1].load(tiny_lm, DOCS[1], config=CONFIG)
+    sessions = [new_session(tiny_lm, budget) for _ in DOCS]
+    sessions[0].load(DOCS[0])
+    sessions[1].load(DOCS[1])
     fresh = answer(tiny_lm, sessions[0], "What is the code word?")  # session 0 is now the most recently used
-    sessions[2].load(tiny_lm, DOCS[2], config=CONFIG)  # evicts session 1, the least recently used
+    sessions[2].load(DOCS[2])  # evicts session 1, the least recently used
     assert sessions[1].prefilled is None and sessions[1].document is DOCS[1]
     assert sessions[0].prefilled is not None and budget.used_bytes <= budget.limit_bytes
     rebuilt = []
     again = answer(tiny_lm, sessions[1], "What is the code word?", on_rebuild=rebuilt.append)
     assert len(rebuilt) == 1 and sessions[1].prefilled is rebuilt[0]
-    reference = Session()
-    reference.load(tiny_lm, DOCS[1], config=CONFIG)
+    reference = new_session(tiny_lm)
+    reference.load(DOCS[1])
     assert again.token_ids == answer(tiny_lm, reference, "What is the code word?").token_ids
     assert answer(tiny_lm, sessions[0], "What is the code word?").token_ids == fresh.token_ids
 
 
 def test_a_document_larger_than_the_budget_is_refused_with_both_numbers(tiny_lm):
-    session = Session(CacheBudget(1000))
+    session = new_session(tiny_lm, CacheBudget(1000))
     with pytest.raises(kvqa.DocumentTooLong, match=r"needs [\d,.]+ MiB; the memory budget for caches is [\d,.]+ MiB"):
-        session.load(tiny_lm, DOCS[0], config=CONFIG)
+        session.load(DOCS[0])
     assert session.document is None and session.prefilled is None
 
 
@@ -67,13 +72,13 @@ def fail_with_oom(lm, monkeypatch, after_calls: int):
 
 
 def test_out_of_memory_is_reported_and_the_session_keeps_serving(tiny_lm, monkeypatch):
-    session = Session(CacheBudget(10**12))
-    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    session = new_session(tiny_lm, CacheBudget(10**12))
+    session.load(DOCS[0])
     before = session.prefilled
     fresh = answer(tiny_lm, session, "What is the code word?")
     fail_with_oom(tiny_lm, monkeypatch, after_calls=0)
     with pytest.raises(kvqa.OutOfMemory, match="ran out of memory while reading the document"):
-        session.load(tiny_lm, DOCS[1], config=CONFIG)
+        session.load(DOCS[1])
     assert session.document is DOCS[0] and session.prefilled is before  # the old document is still there
     assert session.budget.touch(session)  # and still counted: the next question does not read it again
     monkeypatch.undo()
@@ -87,8 +92,8 @@ def test_out_of_memory_is_reported_and_the_session_keeps_serving(tiny_lm, monkey
 
 def test_closing_a_session_frees_its_cache(tiny_lm):
     budget = CacheBudget(10**12)
-    session = Session(budget)
-    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    session = new_session(tiny_lm, budget)
+    session.load(DOCS[0])
     cache = weakref.ref(session.prefilled.cache)
     assert budget.used_bytes > 0
     session.close()
@@ -98,10 +103,10 @@ def test_closing_a_session_frees_its_cache(tiny_lm):
 
 def test_an_answer_resumed_in_other_threads_is_the_same_and_builds_no_graph(tiny_lm):
     """Gradio may run each step of a streaming handler in a different worker thread."""
-    session = Session()
-    session.load(tiny_lm, DOCS[0], config=CONFIG)
+    session = new_session(tiny_lm)
+    session.load(DOCS[0])
     expected = answer(tiny_lm, session, "What is the code word?")
-    events, results = session.ask(tiny_lm, "What is the code word?", config=CONFIG), []
+    events, results = session.ask("What is the code word?"), []
 
     def step():
         try:
@@ -113,18 +118,64 @@ def test_an_answer_resumed_in_other_threads_is_the_same_and_builds_no_graph(tiny
         thread = threading.Thread(target=step)
         thread.start()
         thread.join()
-    assert results[-2].token_ids == expected.token_ids
+    assert "".join(results[:-1]) == expected.text and events.answer.token_ids == expected.token_ids
     assert not any(k.requires_grad or v.requires_grad for k, v in session.prefilled.cache.tensors())
 
 
 def test_a_session_does_one_thing_at_a_time(tiny_lm):
-    session = Session()
-    session.load(tiny_lm, DOCS[0], config=CONFIG)
-    running = session.ask(tiny_lm, "What is the code word?", config=CONFIG)
+    session = new_session(tiny_lm)
+    session.load(DOCS[0])
+    running = session.ask("What is the code word?")
     next(running)
     with pytest.raises(kvqa.BusyError):
         answer(tiny_lm, session, "Another?")
     with pytest.raises(kvqa.BusyError):
-        session.load(tiny_lm, DOCS[1], config=CONFIG)
+        session.load(DOCS[1])
     running.close()
     assert answer(tiny_lm, session, "Another?").text is not None
+
+
+def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):
+    """Issue 10: --concurrency 2 against a budget that holds 2.5 caches and six sessions. Eviction only takes idle
+    sessions' caches, admission reserves its bytes, so: no answer loses its cache, no session loses its document,
+    every answer is the one a session of its own gives, and the live caches never exceed the budget."""
+    one = max(cache_bytes(tiny_lm, doc) for doc in DOCS)
+    budget = CacheBudget(int(one * 2.5))
+    sessions = [new_session(tiny_lm, budget) for _ in range(6)]
+    for n, session in enumerate(sessions):
+        session.load(DOCS[n % 3])
+    expected = []
+    for doc in DOCS:
+        reference = new_session(tiny_lm)
+        reference.load(doc)
+        expected.append(answer(tiny_lm, reference, "What is the code word?").token_ids)
+    live = lambda: sum(s.prefilled.cache_bytes for s in sessions if s.prefilled is not None)
+    peaks, failures, done = [], [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            peaks.append(max(live(), budget.used_bytes))
+
+    def work(mine: list[int]):
+        try:
+            for round_ in range(4):
+                for n in mine:
+                    got = answer(tiny_lm, sessions[n], "What is the code word?").token_ids
+                    if got != expected[n % 3]:
+                        failures.append(f"session {n} round {round_}: wrong answer")
+        except Exception as e:  # noqa: BLE001 - reported below with its type
+            failures.append(f"{type(e).__name__}: {e}")
+
+    watcher = threading.Thread(target=watch)
+    workers = [threading.Thread(target=work, args=([0, 2, 4],)), threading.Thread(target=work, args=([1, 3, 5],))]
+    watcher.start()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    done.set()
+    watcher.join()
+    assert failures == []
+    assert max(peaks) <= budget.limit_bytes and len(peaks) > 10
+    assert all(s.document is not None and len(s.turns) == 4 for s in sessions)
+    assert budget.used_bytes == live() <= budget.limit_bytes

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import kvqa
-import kvqa.zerogpu
+from kvqa.engines import LocalEngine, make_engine, zerogpu_status
+from kvqa.engines.zerogpu import ZeroGPUEngine
 from kvqa.session import Session
 
 CONFIG = kvqa.Config(max_new_tokens=16)
@@ -63,24 +64,26 @@ def fake_spaces(monkeypatch):
     module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
     module.GPU = GPU
     monkeypatch.setitem(sys.modules, "spaces", module)
-    monkeypatch.setenv("SPACES_ZERO_GPU", "true")  # what ZeroGPU Spaces set
-    importlib.reload(kvqa.zerogpu)
-    assert kvqa.zerogpu.ACTIVE
     yield calls
-    monkeypatch.delitem(sys.modules, "spaces")
-    monkeypatch.delenv("SPACES_ZERO_GPU")
-    importlib.reload(kvqa.zerogpu)
+
+
+def zerogpu_session(config=CONFIG) -> Session:
+    engine = make_engine(config, {"SPACES_ZERO_GPU": "true"})  # what ZeroGPU Spaces set
+    assert isinstance(engine, ZeroGPUEngine) and engine.info.cache_device == "cpu"
+    return Session(engine)
 
 
 def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(default_lm, fake_spaces):
     document = kvqa.document_from_text(TEXT)
-    session = Session()
-    session.load(default_lm, document, config=CONFIG)
+    session = zerogpu_session()
+    seen = []
+    session.load(document, progress=seen.append)
+    assert seen and seen[-1] == 1.0  # progress crosses the boundary as the prefill goes
     assert session.prefilled.cache.layers[0].key_buffer.device.type == "cpu"
     kept = [(k.clone(), v.clone()) for k, v in session.prefilled.cache.tensors()]
     local = kvqa.prefill(default_lm, document, config=CONFIG)
     for question in ["What is the secret word?", "When does the museum open?", "秘密的词是什么？"]:
-        answer = list(session.ask(default_lm, question, config=CONFIG))[-1]
+        answer = session.ask(question).answer
         assert answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
     names = [name for name, _ in fake_spaces["durations"]]
     assert names == ["_prefill_on_gpu"] + ["_stream_on_gpu"] * 3
@@ -89,30 +92,43 @@ def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(defaul
         assert torch.equal(k, k0) and torch.equal(v, v0)
 
 
-def test_measured_baseline_runs_on_the_gpu_too(default_lm, fake_spaces):
-    session = Session()
-    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
-    answer = list(session.ask(default_lm, "What is the secret word?", config=CONFIG, baseline=True))[-1]
+def test_settings_cross_too(default_lm, fake_spaces):
+    """Issue 10: the answer length and the model are the engine's, inside the GPU function as outside."""
+    session = zerogpu_session(kvqa.Config(max_new_tokens=5))
+    session.load(kvqa.document_from_text(TEXT))
+    answer = session.ask("Describe the document in detail.").answer
+    assert answer.timings.new_tokens <= 5 and answer.stop_reason in ("length", "eos")
+
+
+def test_measured_baseline_runs_on_the_gpu_with_the_sessions_model(default_lm, fake_spaces, monkeypatch):
+    import kvqa.engines.zerogpu as zerogpu
+
+    loaded = []
+    real = zerogpu.load_model
+    monkeypatch.setattr(zerogpu, "load_model", lambda config: loaded.append(config.model) or real(config))
+    session = zerogpu_session()
+    session.load(kvqa.document_from_text(TEXT))
+    answer = session.ask("What is the secret word?", baseline=True).answer
     assert session.turns[-1].baseline is not None and session.turns[-1].baseline.new_tokens == answer.timings.new_tokens
     assert [name for name, _ in fake_spaces["durations"]][-1] == "_answer_without_cache_on_gpu"
+    assert set(loaded) == {CONFIG.model}
 
 
 def test_bad_questions_fail_before_the_gpu_is_asked_for(default_lm, fake_spaces):
-    session = Session()
-    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    session = zerogpu_session()
+    session.load(kvqa.document_from_text(TEXT))
     with pytest.raises(kvqa.QuestionError):
-        list(session.ask(default_lm, "   ", config=CONFIG))
+        session.ask("   ").answer
     assert [name for name, _ in fake_spaces["durations"]] == ["_prefill_on_gpu"]
 
 
 def test_stop_on_zerogpu_ends_with_the_text_shown(default_lm, fake_spaces):
-    session = Session()
-    session.load(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
-    events = session.ask(default_lm, "Describe the document.", config=CONFIG)
-    first = next(events)
+    session = zerogpu_session()
+    session.load(kvqa.document_from_text(TEXT))
+    pieces = session.ask("Describe the document.")
+    first = next(pieces)
     session.stop()
-    rest = list(events)
-    answer = rest[-1]
+    answer = pieces.answer
     assert answer.stop_reason == "stopped" and answer.text.startswith(first)
     assert session.turns[-1].stopped and session.prefilled.cache.length == session.prefilled.tokens
 
@@ -122,18 +138,14 @@ def test_spaces_without_zerogpu_changes_nothing(monkeypatch):
     module = types.ModuleType("spaces")
     module.__spec__ = importlib.machinery.ModuleSpec("spaces", None)
     monkeypatch.setitem(sys.modules, "spaces", module)
-    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
-    try:
-        assert importlib.reload(kvqa.zerogpu).ACTIVE is False
-    finally:
-        monkeypatch.delitem(sys.modules, "spaces")
-        importlib.reload(kvqa.zerogpu)
+    assert isinstance(make_engine(CONFIG, {}), LocalEngine)
+    assert "not active" in zerogpu_status({})
 
 
 def test_without_spaces_nothing_changes():
     assert "spaces" not in sys.modules
-    assert kvqa.zerogpu.ACTIVE is False
-    assert kvqa.zerogpu._prefill_on_gpu.__name__ == "_prefill_on_gpu"
+    assert isinstance(make_engine(CONFIG, {"SPACES_ZERO_GPU": "true"}), LocalEngine)
+    assert "not installed" in zerogpu_status({})
 
 
 def test_the_cache_crosses_once_and_without_its_reserve(default_lm):

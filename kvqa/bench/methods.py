@@ -1,0 +1,202 @@
+"""The three ways of answering that the bench compares. Each runner returns a row (without same_answers) and every
+question's answer token ids; every clock read follows a device synchronisation (kvqa.timing.now)."""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+
+from ..cache import bytes_per_token, new_cache
+from ..config import Config
+from ..documents import Document
+from ..engines.local import LocalEngine, run_chunks
+from ..model import LoadedModel
+from ..prompt import ChatPrompt
+from ..timing import now
+from .errors import BenchError
+from .memory import Bandwidth, PeakMemory, weight_bytes
+
+METHODS = ("recompute", "seed", "kvqa")
+
+
+def _median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def _decode_rate(runs: Sequence[tuple[int, float, float]]) -> float:
+    """Tokens per second after the first one, over all answers: (new_tokens, ttft_s, answer_s) each."""
+    tokens = sum(n - 1 for n, _, _ in runs if n > 1)
+    seconds = sum(total - ttft for n, ttft, total in runs if n > 1)
+    return tokens / seconds if seconds > 0 else 0.0
+
+
+def _row(method: str, context_tokens: int, runs: list[tuple[int, float, float]], **figures) -> dict:
+    row = {
+        "method": method,
+        "context_tokens": context_tokens,
+        "prefill_s": 0.0,
+        "prefill_tokens_per_s": 0.0,
+        "ttft_s": _median([t for _, t, _ in runs]),
+        "answer_s": _median([a for _, _, a in runs]),
+        "decode_tokens_per_s": _decode_rate(runs),
+        "fork_s": 0.0,
+        "peak_memory_bytes": 0,
+        "cache_bytes": 0,
+        "theoretical_cache_bytes": 0,
+        "cache_tokens": 0,
+        "floor_ttft_s": None,
+        "ttft_over_floor": None,  # these six: kvqa rows only (run_kvqa, decode_floor)
+        "weight_bytes": None,
+        "kv_bytes": None,
+        "decode_floor_s": None,
+        "decode_step_s": None,
+        "decode_over_floor": None,
+        "new_tokens": [n for n, _, _ in runs],
+        "ttft_each_s": [t for _, t, _ in runs],
+        "answer_each_s": [a for _, _, a in runs],
+    }
+    row.update(figures)
+    if row["prefill_s"] > 0:
+        row["prefill_tokens_per_s"] = context_tokens / row["prefill_s"]
+    return row
+
+
+def run_recompute(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+                  questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
+    """Every question answered from the whole prompt, computed from scratch."""
+    with PeakMemory(lm.device) as memory:
+        engine = LocalEngine(config, lm=lm)
+        answers = [engine.stream_without_cache(document, q, prompt=prompt).answer for q in questions]
+    runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
+    row = _row("recompute", len(prefix_ids), runs, peak_memory_bytes=memory.increase,
+               peak_memory_total_bytes=memory.total, answers=[a.text for a in answers])
+    return row, [a.token_ids for a in answers]
+
+
+class _FirstTokenClock:
+    """A generate() streamer that notes when the first new token comes out (generate puts the prompt first)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.puts = 0
+        self.first_token_at: float | None = None
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.first_token_at = now(self.device)
+
+    def end(self) -> None:
+        pass
+
+
+def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+             questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
+    """transformers' documented prompt-cache reuse: one forward into a DynamicCache, then per question a deepcopy of
+    it and generate() on top of the copy."""
+    from transformers import DynamicCache, GenerationConfig
+
+    model, device = lm.model, lm.device
+    eos = sorted(lm.eos_ids)
+    generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
+                                  pad_token_id=eos[0] if eos else None)
+    suffixes = [prompt.question_ids(q, limit=config.max_question_tokens) for q in questions]
+    runs, forks, ids_all = [], [], []
+    with PeakMemory(device) as memory:
+        started = now(device)
+        with torch.no_grad():
+            prompt_cache = DynamicCache(config=model.config)
+            model(input_ids=torch.tensor([prefix_ids], device=device), cache=prompt_cache)
+        prefill_s = now(device) - started
+        cache_tokens = prompt_cache.get_seq_length()
+        cache_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in prompt_cache.layers)
+        for suffix in suffixes:
+            full = torch.tensor([prefix_ids + suffix], device=device)
+            clock = _FirstTokenClock(device)
+            started = now(device)
+            fork = copy.deepcopy(prompt_cache)
+            forks.append(now(device) - started)
+            out = model.generate(full, attention_mask=torch.ones_like(full), cache=fork, generation_config=generation,
+                                 streamer=clock)
+            total = now(device) - started
+            new = out[0, full.shape[1]:].tolist()
+            ended = next((i for i, t in enumerate(new) if t in lm.eos_ids), len(new))
+            ids_all.append(tuple(new[:ended]))
+            runs.append((len(new[:ended]), (clock.first_token_at or now(device)) - started, total))
+            del fork, out
+        del prompt_cache
+    row = _row("seed", len(prefix_ids), runs, prefill_s=prefill_s, fork_s=_median(forks),
+               peak_memory_bytes=memory.increase, peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes,
+               cache_tokens=cache_tokens,
+               theoretical_cache_bytes=bytes_per_token(lm.config, lm.dtype) * cache_tokens,
+               answers=[lm.tokenizer.decode(list(ids), skip_special_tokens=True) for ids in ids_all])
+    return row, ids_all
+
+
+def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+             questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
+    """kvqa.prefill once, then kvqa.stream per question; around them, the floor (a bare forward of the question on
+    the prefilled cache, then the rollback that forks the next question) and an unchunked prefill to compare."""
+    device = lm.device
+    unchunked, chunked = [], []
+    with torch.no_grad():  # the prefill in chunks and as one forward, alternately, outside the memory window
+        for _ in range(PREFILL_REPEATS):
+            for chunk_size, times in ((len(prefix_ids), unchunked), (config.chunk_size, chunked)):
+                cache = new_cache(lm.config, len(prefix_ids) + config.reserve_tokens)
+                started = now(device)
+                run_chunks(lm, prefix_ids, cache, chunk_size=chunk_size)
+                times.append(now(device) - started)
+                del cache
+    unchunked_s, chunked_s = min(unchunked), min(chunked)
+    answers, floors, forks = [], [], []
+    engine = LocalEngine(replace(config, temperature=0.0), lm=lm)
+    with PeakMemory(device) as memory:
+        doc = engine.prefill(document)
+        for question in questions:
+            ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens)
+            with torch.no_grad():
+                started = now(device)
+                run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
+                floors.append(now(device) - started)
+                started = now(device)
+                doc.cache.rollback(doc.tokens)
+                forks.append(now(device) - started)
+            answers.append(engine.stream(doc, question).answer)
+        cache_bytes, capacity, tokens = doc.cache_bytes, doc.cache.capacity, doc.tokens
+        prefill_s = doc.prefill_s
+        del doc
+    if tokens != len(prefix_ids):  # the prompt's date line changed between the two tokenizations (midnight)
+        raise BenchError("The document's prefix changed during the run (the date changed?): run the bench again.")
+    runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
+    row = _row("kvqa", tokens, runs, prefill_s=prefill_s, fork_s=_median(forks), peak_memory_bytes=memory.increase,
+               peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes, cache_tokens=capacity,
+               theoretical_cache_bytes=bytes_per_token(lm.config, lm.dtype) * capacity,
+               floor_ttft_s=_median(floors), floor_each_s=floors,
+               chunked_prefill_s=chunked_s, chunked_prefill_tokens_per_s=tokens / chunked_s if chunked_s > 0 else 0.0,
+               unchunked_prefill_s=unchunked_s,
+               unchunked_prefill_tokens_per_s=tokens / unchunked_s if unchunked_s > 0 else 0.0,
+               chunk_size=config.chunk_size, answers=[a.text for a in answers])
+    row["ttft_over_floor"] = row["ttft_s"] / row["floor_ttft_s"] if row["floor_ttft_s"] > 0 else None
+    return row, [a.token_ids for a in answers]
+
+
+def decode_floor(row: dict, lm: LoadedModel, bandwidth: Bandwidth) -> dict:
+    """A kvqa row's decode against this machine's floor: one step reads every weight and the keys and values held at
+    the row's context at least once, so it cannot take less than (weight bytes + KV bytes) / bandwidth (a little less
+    for a model whose input embedding is not tied to its head: a step reads one row of it). The step measured is
+    1 / decode tokens/s (None, and no ratio, when no answer had a second token)."""
+    weights = weight_bytes(lm.model)
+    kv = bytes_per_token(lm.config, lm.dtype) * row["context_tokens"]
+    floor = (weights + kv) / bandwidth.bytes_per_s
+    step = 1 / row["decode_tokens_per_s"] if row["decode_tokens_per_s"] > 0 else None
+    return {"weight_bytes": weights, "kv_bytes": kv, "decode_floor_s": floor, "decode_step_s": step,
+            "decode_over_floor": step / floor if step is not None else None}
+
+
+PREFILL_REPEATS = 2  # the chunked/unchunked prefill comparison keeps the best of this many alternating runs
+
+RUNNERS: dict[str, Callable] = {"recompute": run_recompute, "seed": run_seed, "kvqa": run_kvqa}

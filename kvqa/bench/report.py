@@ -1,0 +1,128 @@
+"""Reading a bench result: the table with the target checks, and the plot of TTFT against context length."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .methods import METHODS, PREFILL_REPEATS
+
+
+def _mib(n: int | None) -> str:
+    return "-" if not n else f"{n / 2**20:,.1f}"
+
+
+def _s(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1000:,.1f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:,.2f}x"
+
+
+def format_table(result: dict) -> str:
+    """The results as a readable table, followed by the target checks at the longest context."""
+    m = result["machine"]
+    head = (f"{result['model']} on {m['device']} ({m['gpu'] or m['cpu']}, {m['cores']} cores, {m['dtype']}, "
+            f"torch {m['torch']}), {m['date']}")
+    columns = ("method", "context", "prefill", "prefill tok/s", "TTFT", "floor TTFT", "TTFT/floor", "answer",
+               "decode tok/s", "step", "floor step", "step/floor", "fork", "peak MiB", "cache MiB", "theory MiB",
+               "same")
+    rows = []
+    for r in result["results"]:
+        rows.append((r["method"], f"{r['context_tokens']:,}", _s(r["prefill_s"]) if r["prefill_s"] else "-",
+                     f"{r['prefill_tokens_per_s']:,.0f}" if r["prefill_s"] else "-", _s(r["ttft_s"]),
+                     _s(r["floor_ttft_s"]), _x(r["ttft_over_floor"]), _s(r["answer_s"]),
+                     f"{r['decode_tokens_per_s']:,.1f}", _s(r["decode_step_s"]), _s(r["decode_floor_s"]),
+                     _x(r["decode_over_floor"]), _s(r["fork_s"]) if r["fork_s"] else "0",
+                     _mib(r["peak_memory_bytes"]), _mib(r["cache_bytes"]), _mib(r["theoretical_cache_bytes"]),
+                     "yes" if r["same_answers"] else "NO"))
+    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
+    line = lambda cells: "  ".join(c.ljust(w) if i < 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    out = [head]
+    if m.get("bandwidth_gb_s"):
+        out.append(f"memory read bandwidth {m['bandwidth_gb_s']:,.1f} GB/s (fastest of {m['bandwidth_runs']} sums and "
+                   f"matrix-vector products over {_mib(m['bandwidth_tensor_bytes'])} MiB of float32 on {m['device']}, "
+                   f"{m['torch_threads']} torch threads); floor step = (weights + KV at the context) / bandwidth")
+    out += ["", line(columns), line(["-" * w for w in widths])]
+    last = None
+    for r, cells in zip(result["results"], rows):
+        if last is not None and r["context_tokens"] != last:
+            out.append("")
+        last = r["context_tokens"]
+        out.append(line(cells))
+    prefills = [r for r in result["results"] if r["method"] == "kvqa"]
+    if prefills:
+        out += ["", "prefill, chunked (as kvqa does) vs one forward:"]
+        for r in prefills:
+            out.append(f"  {r['context_tokens']:>6,} tokens: {r['chunked_prefill_tokens_per_s']:,.0f} tok/s in chunks of "
+                       f"{r['chunk_size']} vs {r['unchunked_prefill_tokens_per_s']:,.0f} tok/s unchunked "
+                       f"({r['chunked_prefill_tokens_per_s'] / max(r['unchunked_prefill_tokens_per_s'], 1e-9):.2f}x, "
+                       f"best of {PREFILL_REPEATS} each)")
+    checks = target_checks(result)
+    if checks:
+        out += ["", f"targets at {max(r['context_tokens'] for r in result['results']):,} tokens:"]
+        out += [f"  [{'ok' if ok else 'MISSED'}] {text}" for ok, text in checks]
+    return "\n".join(out)
+
+
+def target_checks(result: dict) -> list[tuple[bool, str]]:
+    """The project's speed targets, checked at the longest context where all three methods ran."""
+    by = {}
+    for r in result["results"]:
+        by.setdefault(r["context_tokens"], {})[r["method"]] = r
+    full = [n for n, rows in by.items() if set(METHODS) <= set(rows)]
+    if not full:
+        return []
+    rows = by[max(full)]
+    k, rc, sd = rows["kvqa"], rows["recompute"], rows["seed"]
+    ratio = lambda a, b: a / b if b > 0 else float("inf")
+    return [
+        (k["ttft_s"] <= 1.15 * k["floor_ttft_s"],
+         f"kvqa TTFT {_s(k['ttft_s'])} <= 1.15 x floor {_s(k['floor_ttft_s'])} ({ratio(k['ttft_s'], k['floor_ttft_s']):.2f}x)"),
+        (rc["ttft_s"] >= 30 * k["ttft_s"],
+         f"kvqa TTFT >= 30x lower than recompute ({ratio(rc['ttft_s'], k['ttft_s']):.1f}x)"),
+        (k["ttft_s"] <= sd["ttft_s"], f"kvqa TTFT {_s(k['ttft_s'])} <= seed {_s(sd['ttft_s'])}"),
+        (k["answer_s"] <= sd["answer_s"], f"kvqa answer {_s(k['answer_s'])} <= seed {_s(sd['answer_s'])}"),
+        (k["fork_s"] < 0.02 * k["ttft_s"],
+         f"kvqa fork {_s(k['fork_s'])} < 2% of TTFT ({100 * ratio(k['fork_s'], k['ttft_s']):.3f}%)"),
+        (k["decode_tokens_per_s"] >= sd["decode_tokens_per_s"],
+         f"kvqa decode {k['decode_tokens_per_s']:,.1f} tok/s >= seed {sd['decode_tokens_per_s']:,.1f} tok/s"),
+        (k["chunked_prefill_tokens_per_s"] >= 0.9 * k["unchunked_prefill_tokens_per_s"],
+         f"chunked prefill {k['chunked_prefill_tokens_per_s']:,.0f} tok/s >= 0.9 x unchunked "
+         f"{k['unchunked_prefill_tokens_per_s']:,.0f} tok/s"),
+        (all(r["same_answers"] for r in rows.values()), "same greedy answers for every method"),
+    ]
+
+
+def write_plot(result: dict, path: str | Path) -> None:
+    """TTFT against context length for every method (log-log), with kvqa's floor dashed; written as a PNG."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    from matplotlib.ticker import NullLocator
+
+    fig = Figure(figsize=(7.5, 4.8), dpi=120)
+    ax = fig.add_subplot()
+    styles = {"recompute": ("tab:red", "o"), "seed": ("tab:orange", "s"), "kvqa": ("tab:blue", "^")}
+    for method in METHODS:
+        rows = sorted((r for r in result["results"] if r["method"] == method), key=lambda r: r["context_tokens"])
+        if rows:
+            color, marker = styles[method]
+            ax.plot([r["context_tokens"] for r in rows], [r["ttft_s"] for r in rows], marker=marker, color=color,
+                    label=method)
+            if method == "kvqa":
+                ax.plot([r["context_tokens"] for r in rows], [r["floor_ttft_s"] for r in rows], linestyle="--",
+                        color=color, alpha=0.6, label="floor: the question's forward alone")
+    m = result["machine"]
+    ax.set_xscale("log", base=2)
+    contexts = sorted({r["context_tokens"] for r in result["results"]})
+    ax.set_xticks(contexts, [f"{n:,}" for n in contexts])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_yscale("log")
+    ax.set_xlabel("context (document prompt tokens)")
+    ax.set_ylabel("time to first token (s, median)")
+    ax.set_title(f"{result['model']} on {m['gpu'] or m['cpu']} ({m['dtype']})", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(str(path), format="png")

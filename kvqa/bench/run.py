@@ -1,0 +1,217 @@
+"""The whole bench: the document cut to each context length, every method run on it, and `python -m kvqa bench`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from ..config import Config
+from ..documents import Document, document_from_text, load_document
+from ..model import LoadedModel, load_model
+from ..prompt import ChatPrompt
+from .errors import BenchError
+from .memory import Bandwidth, read_bandwidth
+from .methods import METHODS, RUNNERS, decode_floor
+from .models import config_path, random_init_model
+from .report import format_table, write_plot
+
+DEFAULT_CONTEXTS = (512, 1024, 2048, 4096)
+DEFAULT_QUESTIONS = 3
+DEFAULT_MAX_NEW_TOKENS = 32
+SAMPLE_DOCUMENT = Path(__file__).resolve().parent.parent.parent / "assets" / "declaration-of-independence.md"
+QUESTIONS = (  # varied in length and kind; the first ones are answered by the sample document's opening
+    "What rights are unalienable?",
+    "Who is the history of repeated injuries about?",
+    "According to the document, why are governments instituted among men, and from where do they derive their "
+    "just powers?",
+    "When does the document say a people may alter or abolish a government?",
+    "Name one grievance the document lists about trade or taxes.",
+    "What do the signers pledge to each other?",
+    "Summarise the document in one sentence.",
+    "Quelle est la date du document ?",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The document cut to a length in tokens
+
+
+def long_text(text: str, tokenizer, tokens: int) -> str:
+    """The text repeated (blank line between copies) until it holds at least `tokens` tokens."""
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    copies = max(1, -(-tokens // max(n, 1)))
+    return "\n\n".join([text] * copies)
+
+
+def cut_document(prompt: ChatPrompt, text_ids: Sequence[int], target: int, *, name: str) -> tuple[Document, list[int]]:
+    """The longest head of the text (in tokens) whose whole prompt prefix is at most `target` tokens.
+
+    Returns the Document and its prefix ids: len(ids) is the exact context length every method then reads."""
+    tokenizer = prompt.tokenizer
+
+    def head(k: int) -> tuple[Document, list[int]]:
+        document = document_from_text(tokenizer.decode(list(text_ids[:k])).rstrip("\ufffd") or ".", name=name)
+        return document, prompt.prefix_ids(document.text)
+
+    best = head(1)
+    if len(best[1]) > target:
+        raise BenchError(f"A context of {target:,} tokens is too short: the prompt around the document alone takes "
+                         f"{len(best[1]):,} tokens. Use --contexts with lengths above that.")
+    lo, hi = 1, min(len(text_ids), target)
+    while lo < hi:  # the prefix grows (almost) monotonically with the head: the largest k that fits
+        mid = (lo + hi + 1) // 2
+        candidate = head(mid)
+        if len(candidate[1]) <= target:
+            lo, best = mid, candidate
+        else:
+            hi = mid - 1
+    return best
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The whole bench
+
+
+def machine_info(lm: LoadedModel, bandwidth: Bandwidth) -> dict:
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
+        cpu = m.group(1).strip() if m else cpu
+    except OSError:
+        pass
+    cuda = lm.device.type == "cuda"
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(lm.device) if cuda else None,
+        "gpu_memory_bytes": torch.cuda.get_device_properties(lm.device).total_memory if cuda else None,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(lm.device),
+        "dtype": str(lm.dtype).removeprefix("torch."),
+        "attn_implementation": lm.attn_implementation,
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "bandwidth_gb_s": bandwidth.gb_s,  # memory read bandwidth in 1e9 bytes/s (memory.read_bandwidth)
+        "bandwidth_tensor_bytes": bandwidth.tensor_bytes,
+        "bandwidth_runs": bandwidth.runs,
+    }
+
+
+def run_bench(
+    lm: LoadedModel,
+    text: str,
+    *,
+    contexts: Sequence[int] = DEFAULT_CONTEXTS,
+    questions: Sequence[str] = QUESTIONS[:DEFAULT_QUESTIONS],
+    config: Config = Config(max_new_tokens=DEFAULT_MAX_NEW_TOKENS),
+    methods: Sequence[str] = METHODS,
+    document_name: str = "document",
+    warm_up: bool = True,
+    say: Callable[[str], None] = lambda message: None,
+) -> dict:
+    """Run every method at every context length on `text` cut to that length; returns the --json object."""
+    if not contexts or any(n < 1 for n in contexts):
+        raise BenchError("Give at least one context length, each a positive number of tokens.")
+    if not questions:
+        raise BenchError("Give at least one question.")
+    unknown = [m for m in methods if m not in RUNNERS]
+    if unknown:
+        raise BenchError(f"Unknown method(s) {', '.join(unknown)}: use {', '.join(METHODS)}.")
+    limit = lm.context_length - config.reserve_tokens
+    if max(contexts) > limit:
+        raise BenchError(f"A context of {max(contexts):,} tokens does not fit {lm.name}: it reads at most {limit:,} "
+                         f"({lm.context_length:,} of context, {config.reserve_tokens:,} kept for the question and "
+                         "answer). Use shorter --contexts.")
+    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    text = long_text(text, lm.tokenizer, max(contexts) + 64)
+    text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    cuts = {n: cut_document(prompt, text_ids, n, name=document_name) for n in contexts}
+    if warm_up:  # first calls pay for lazy initialisation (kernels, allocator, thread pools): not part of any method
+        document, prefix_ids = cuts[min(contexts)]
+        small = replace(config, max_new_tokens=2)
+        say("warming up ...")
+        for method in methods:
+            RUNNERS[method](lm, document, prompt, prefix_ids, questions[:1], small)
+    say("measuring memory read bandwidth ...")
+    bandwidth = read_bandwidth(lm.device)  # once per run: the floor of every decode step below
+    results = []
+    for n in contexts:
+        document, prefix_ids = cuts[n]
+        reference: list[tuple[int, ...]] | None = None
+        for method in methods:
+            say(f"{method} at {len(prefix_ids):,} tokens ...")
+            gc.collect()
+            row, ids = RUNNERS[method](lm, document, prompt, prefix_ids, questions, config)
+            reference = ids if reference is None else reference
+            if method == "kvqa":
+                row.update(decode_floor(row, lm, bandwidth))
+            row = {**row, "target_context_tokens": n, "questions": len(questions),
+                   "max_new_tokens": config.max_new_tokens, "same_answers": ids == reference}
+            results.append(row)
+    return {"machine": machine_info(lm, bandwidth), "model": lm.name, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command line
+
+
+def parse_contexts(value: str) -> list[int]:
+    """'512,1024' -> [512, 1024]; raises BenchError on anything but positive integers."""
+    try:
+        contexts = [int(part) for part in value.replace(" ", "").split(",") if part]
+    except ValueError:
+        contexts = []
+    if not contexts or any(n < 1 for n in contexts):
+        raise BenchError(f"--contexts takes positive token counts separated by commas, like 512,1024: got '{value}'.")
+    return list(dict.fromkeys(contexts))
+
+
+def run_from_args(args: argparse.Namespace, config: Config) -> int:
+    """`python -m kvqa bench`: check the flags, load the model, run, print a table or JSON, maybe plot."""
+    contexts = parse_contexts(args.contexts)
+    if not 1 <= args.questions <= len(QUESTIONS):
+        raise BenchError(f"--questions must be between 1 and {len(QUESTIONS)}: got {args.questions}.")
+    if args.plot:
+        plot = Path(args.plot)
+        if not plot.parent.is_dir():
+            raise BenchError(f"Cannot write the plot to {plot}: folder {plot.parent} does not exist.")
+    if args.doc:
+        document = load_document(args.doc, config=config)
+        text, name = document.text, document.name
+    else:
+        if not SAMPLE_DOCUMENT.is_file():
+            raise BenchError(f"The sample document {SAMPLE_DOCUMENT} is missing: give one with --doc.")
+        text, name = SAMPLE_DOCUMENT.read_text(encoding="utf-8"), SAMPLE_DOCUMENT.name
+    if args.random_init:
+        config_path(args.random_init)  # a bad path fails before anything is loaded
+    say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
+    say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} ...")
+    lm = random_init_model(args.random_init, config) if args.random_init else load_model(config)
+    say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
+    result = run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions], config=config,
+                       document_name=name, say=say)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print(format_table(result))
+    if args.plot:
+        write_plot(result, args.plot)
+        say(f"plot written to {args.plot}")
+    return 0

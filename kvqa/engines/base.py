@@ -1,0 +1,56 @@
+"""The engine seam: what every engine does, whatever computes (this process, ZeroGPU, a server elsewhere)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..documents import Document
+from ..prompt import ChatPrompt
+from ..results import AnswerStream, PrefilledDocument
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine is, for the UI, `doctor` and `--json`."""
+
+    kind: str  # "local", "zerogpu"...
+    model: str
+    device: str  # where the model computes
+    dtype: str
+    attention: str
+    context_tokens: int  # document + question + answer
+    load_s: float
+    cache_device: str  # where prefilled caches live between questions: what the memory budget measures
+    exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
+    guarantee: str  # what is promised about answers in this precision, in a sentence or two
+
+
+class Engine(Protocol):
+    """Owns the model and the settings; Session, the app, the CLI and bench use nothing else."""
+
+    kind: str
+
+    def load(self) -> EngineInfo:
+        """Get ready now (load the model, check its chat template) and describe the engine."""
+
+    @property
+    def info(self) -> EngineInfo: ...
+
+    def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
+                admit: Callable[[int], None] | None = None) -> PrefilledDocument:
+        """Read the document once. progress(fraction) as it goes; admit(bytes) before the cache is allocated (it
+        may raise to refuse)."""
+
+    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        """Answer from the prefilled document, streaming; the document's cache is left as it was."""
+
+    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+                             max_new_tokens: int | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        """Answer by reading the whole prompt again (the measured baseline), with the same model and settings."""
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens the model reads for `text`."""

@@ -1,0 +1,367 @@
+"""The local engine: transformers in this process, prefill and decode side by side.
+
+prefill() reads the document's prompt prefix once, in chunks, into a KVCache with a reserve for one question and its
+answer. stream() appends the question's ids to that cache, decodes the answer one token at a time, and rolls the
+cache back to the document when it ends, also when it is closed early (Stop, a client gone) or the model fails, so
+the next question sees exactly the document. stream_without_cache() is the usual approach, measured for comparison:
+the whole prompt in one forward. Both decode through the same decode_n_tokens(), so greedy answers are comparable
+token for token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+import torch
+
+from ..cache import KVCache, bytes_per_token, new_cache
+from ..config import Config
+from ..documents import Document
+from ..errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
+from ..memory import release_memory
+from ..model import LoadedModel, load_model
+from ..prompt import ChatPrompt
+from ..results import Answer, AnswerStream, PrefilledDocument
+from ..sources import find_sources
+from ..timing import Timings, now
+from .base import EngineInfo
+
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer packs more than this on average: longer texts cannot fit
+
+
+# ---- prefill ------------------------------------------------------------------------------------------------------
+
+def check_fits(lm: LoadedModel, tokens: int, reserve: int) -> None:
+    """Raise DocumentTooLong when a prefix of `tokens` plus the reserve exceeds the model's context."""
+    limit = lm.context_length - reserve
+    if tokens > limit:
+        raise DocumentTooLong(
+            f"The document is {tokens:,} tokens; with this model kvqa reads at most {limit:,} "
+            f"({lm.context_length:,} of context, {reserve:,} kept for the question and answer). "
+            f"Shorten it by about {tokens - limit:,} tokens, or use a model with a longer context."
+        )
+
+
+def prefill(
+    lm: LoadedModel,
+    document: Document,
+    *,
+    config: Config = Config(),
+    progress: Callable[[float], None] | None = None,
+    admit: Callable[[int], None] | None = None,
+) -> PrefilledDocument:
+    """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each.
+    admit(bytes), if given, is called before the cache is allocated and may refuse it by raising."""
+    steps = prefill_steps(lm, document, config=config, admit=admit)
+    while True:
+        try:
+            fraction = next(steps)
+        except StopIteration as done:
+            return done.value
+        if progress is not None:
+            progress(fraction)
+
+
+def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Config(),
+                  admit: Callable[[int], None] | None = None) -> Generator[float, None, PrefilledDocument]:
+    """prefill() as a generator: yields the fraction read after each chunk, returns the PrefilledDocument."""
+    if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
+        raise DocumentTooLong(
+            f"The document is {len(document.text):,} characters, far more than this model reads "
+            f"({lm.context_length:,} tokens, roughly {4 * lm.context_length:,} characters of English). "
+            "Load a shorter document or the part you need."
+        )
+    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    ids = prompt.prefix_ids(document.text)
+    reserve = config.reserve_tokens
+    check_fits(lm, len(ids), reserve)
+    if admit is not None:
+        admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
+    started = now(lm.device)
+    with out_of_memory_as_error("reading the document"):
+        cache = new_cache(lm.config, len(ids) + reserve)
+        for start in range(0, len(ids), config.chunk_size):
+            run_chunks(lm, ids[start: start + config.chunk_size], cache, chunk_size=config.chunk_size)
+            yield min(start + config.chunk_size, len(ids)) / len(ids)
+    prefill_s = now(lm.device) - started
+    assert cache.length == len(ids) and cache.nbytes == bytes_per_token(lm.config, lm.dtype) * cache.capacity
+    return PrefilledDocument(
+        document=document, prompt=prompt, ids=tuple(ids), cache=cache, cache_bytes=cache.nbytes,
+        prefill_s=prefill_s, model_name=lm.name, max_question_tokens=config.max_question_tokens,
+        max_new_tokens=config.max_new_tokens,
+    )
+
+
+@torch.no_grad()
+def run_chunks(
+    lm: LoadedModel,
+    ids: list[int],
+    cache: KVCache,
+    *,
+    chunk_size: int,
+    progress: Callable[[float], None] | None = None,
+) -> torch.Tensor:
+    """Feed ids through the model in chunks on top of the cache; returns the logits of the last position, (1, vocab)."""
+    assert ids, "nothing to prefill"
+    logits = None
+    for start in range(0, len(ids), chunk_size):
+        chunk = torch.tensor([ids[start: start + chunk_size]], device=lm.device)  # (1, T)
+        logits = lm.model(input_ids=chunk, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+        if progress is not None:
+            progress(min(start + chunk_size, len(ids)) / len(ids))
+    return logits
+
+
+@contextmanager
+def out_of_memory_as_error(doing: str) -> Iterator[None]:
+    """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed."""
+    try:
+        yield
+    except (MemoryError, torch.OutOfMemoryError):
+        release_memory()
+        raise OutOfMemory(f"The machine ran out of memory while {doing}: try a shorter document or question, or "
+                          "fewer new tokens. Whatever was loaded before is still loaded.") from None
+
+
+# ---- decode -------------------------------------------------------------------------------------------------------
+
+def stream(
+    lm: LoadedModel,
+    doc: PrefilledDocument,
+    question: str,
+    *,
+    max_new_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    repeat_stop: int = 0,
+) -> AnswerStream:
+    """Answer from the prefilled cache, streaming; the cache is left as it was. should_stop() is checked before each
+    new token; when it says so the answer ends with stop_reason "stopped". repeat_stop: see decode_n_tokens. The
+    Answer carries the passages it relies on. Bad questions raise here, at once."""
+    max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if not 1 <= max_new_tokens <= doc.max_new_tokens:
+        raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
+                            f"(the room kept after this document): got {max_new_tokens}.")
+    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens)
+    pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop)
+    return AnswerStream(with_sources(pieces, doc.document, question))
+
+
+def _answer_on_cache(lm, doc, question, ids, **options) -> Generator[str, None, Answer]:
+    """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end."""
+    if not doc.lock.acquire(blocking=False):
+        raise BusyError("This document is still answering another question: wait for it, or press Stop.")
+    try:
+        started = now(lm.device)
+        with out_of_memory_as_error("answering"):  # no torch.no_grad() here: grad mode is per thread, and
+            logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
+            return (yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
+                                               started=started, used_cache=True, **options))
+    finally:
+        doc.cache.rollback(doc.tokens)
+        doc.lock.release()
+
+
+def stream_without_cache(
+    lm: LoadedModel,
+    document: Document,
+    question: str,
+    *,
+    config: Config = Config(),
+    prompt: ChatPrompt | None = None,
+    max_new_tokens: int | None = None,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    repeat_stop: int = 0,
+    same_schedule: bool = False,
+) -> AnswerStream:
+    """The baseline users have today: the whole prompt (document and question) computed again for this question, in
+    one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
+    config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
+    max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
+    prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
+    prefix = prompt.prefix_ids(document.text)
+    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens)
+    check_fits(lm, len(ids), max_new_tokens)
+    chunks = [ids]
+    if same_schedule:
+        chunks = [prefix[i: i + config.chunk_size] for i in range(0, len(prefix), config.chunk_size)]
+        chunks.append(ids[len(prefix):])
+    pieces = _answer_from_scratch(lm, chunks, question, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  seed=seed, should_stop=should_stop, repeat_stop=repeat_stop)
+    return AnswerStream(with_sources(pieces, document, question))
+
+
+def _answer_from_scratch(lm, chunks, question, *, max_new_tokens, **options) -> Generator[str, None, Answer]:
+    started = now(lm.device)
+    tokens = sum(len(c) for c in chunks)
+    with out_of_memory_as_error("answering"):
+        cache = new_cache(lm.config, tokens + max_new_tokens)
+        for chunk in chunks:  # by default one forward over the whole prompt
+            logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
+        return (yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
+                                           max_new_tokens=max_new_tokens, started=started, used_cache=False,
+                                           **options))
+
+
+def with_sources(pieces: Generator[str, None, Answer], document: Document,
+                 question: str) -> Generator[str, None, Answer]:
+    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources)."""
+    answer = yield from pieces
+    started = time.perf_counter()
+    found = find_sources(document.text, answer.text, question, pages=document.pages is not None)
+    return replace(answer, sources=tuple(found),
+                   timings=replace(answer.timings, sources_s=time.perf_counter() - started))
+
+
+def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:
+    """Feed one chosen token through the model on top of the cache; returns the next logits, (1, vocab)."""
+    with torch.no_grad():
+        return lm.model(input_ids=torch.tensor([[token]], device=lm.device), cache=cache,
+                        use_cache=True).logits[:, -1]
+
+
+def repeated_tail(tokens: list[int], *, max_period: int = 64) -> tuple[int, int]:
+    """(period, run) of the longest repetition at the end of tokens: the last `run` tokens each equal the token
+    `period` places before it. (0, 0) when the tail does not repeat."""
+    best = (0, 0)
+    for period in range(1, min(max_period, len(tokens) // 2) + 1):
+        run = 0
+        while run + period < len(tokens) and tokens[-1 - run] == tokens[-1 - run - period]:
+            run += 1
+        if run > best[1]:
+            best = (period, run)
+    return best
+
+
+def is_looping(tokens: list[int], min_run: int) -> bool:
+    """True when the answer ends by saying something again: a span repeated whole, over at least min_run tokens."""
+    if min_run <= 0 or len(tokens) < min_run:
+        return False
+    period, run = repeated_tail(tokens)
+    return run >= max(period, min_run)
+
+
+def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
+                    used_cache, should_stop, repeat_stop: int = 0) -> Generator[str, None, Answer]:
+    """Choose up to max_new_tokens tokens from logits (1, vocab), feeding each back; yields text, returns the Answer.
+    With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating")."""
+    generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
+    tokens: list[int] = []
+    text, ttft, stop_reason = "", 0.0, "length"
+    for step in range(max_new_tokens):
+        if should_stop is not None and should_stop():
+            stop_reason = "stopped"
+            break
+        token = choose(logits, temperature, generator)
+        if step == 0:
+            ttft = now(lm.device) - started
+        if token in lm.eos_ids:
+            stop_reason = "eos"
+            break
+        tokens.append(token)
+        if is_looping(tokens, repeat_stop):
+            stop_reason = "repeating"
+            break
+        decoded = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        if not decoded.endswith("\ufffd") and decoded.startswith(text):  # hold back half a UTF-8 character
+            piece, text = decoded[len(text):], decoded
+            if piece:
+                yield piece
+        if step + 1 < max_new_tokens:
+            logits = decode_one_token(lm, token, cache)
+    total = now(lm.device) - started
+    final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+    if final != text and final.startswith(text):
+        yield final[len(text):]
+    timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total)
+    return Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
+                  stop_reason=stop_reason, used_cache=used_cache)
+
+
+def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:
+    """Greedy argmax at temperature 0, else a sample from softmax(logits / temperature)."""
+    if temperature <= 0:
+        return int(logits[0].argmax())
+    probs = torch.softmax(logits[0].float() / temperature, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def answer(lm: LoadedModel, doc: PrefilledDocument, question: str, **options) -> Answer:
+    """The whole answer at once (see stream)."""
+    return stream(lm, doc, question, **options).answer
+
+
+def answer_without_cache(lm: LoadedModel, document: Document, question: str, **options) -> Answer:
+    """The whole baseline answer at once (see stream_without_cache)."""
+    return stream_without_cache(lm, document, question, **options).answer
+
+
+# ---- the engine ---------------------------------------------------------------------------------------------------
+
+def guarantee(dtype: str) -> str:
+    """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py proves it."""
+    same = ("Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt "
+            "again in the same chunks")
+    if dtype == "float32":
+        return same + ", and token for token what it gives reading the whole prompt in one go (tested in float32)."
+    return (same + f". Read in one go instead, the prompt rounds differently in {dtype}: answers can part ways "
+            "after a near-tie (bfloat16, measured 2026-11-30: 2 of 8 answers identical, parting after 16 tokens on "
+            "average; float16: 7 of 8).")
+
+
+
+class LocalEngine:
+    """kvqa's exact engine: the model in this process, caches where the model is (GPU or CPU memory)."""
+
+    kind = "local"
+
+    def __init__(self, config: Config, lm: LoadedModel | None = None):
+        self.config = config
+        self._lm = lm
+
+    @property
+    def lm(self) -> LoadedModel:
+        """The model, loaded on first use (and its chat template checked then)."""
+        if self._lm is None:
+            self._lm = load_model(self.config)
+        return self._lm
+
+    def load(self) -> EngineInfo:
+        """Load the model now (before serving) and describe the engine."""
+        ChatPrompt.for_tokenizer(self.lm.tokenizer).check()
+        return self.info
+
+    @property
+    def info(self) -> EngineInfo:
+        lm = self.lm
+        dtype = str(lm.dtype).removeprefix("torch.")
+        return EngineInfo(kind=self.kind, model=lm.name, device=lm.device.type, dtype=dtype,
+                          attention=lm.attn_implementation, context_tokens=lm.context_length, load_s=lm.load_s,
+                          cache_device=lm.device.type, exact_vs_recompute=dtype == "float32",
+                          guarantee=guarantee(dtype))
+
+    def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
+        return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
+
+    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, temperature=self.config.temperature,
+                      seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop)
+
+    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+                             max_new_tokens: int | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,
+                                    max_new_tokens=max_new_tokens, temperature=self.config.temperature,
+                                    seed=self.config.seed, should_stop=should_stop,
+                                    repeat_stop=self.config.repeat_stop)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0

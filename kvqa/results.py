@@ -1,0 +1,97 @@
+"""What the engines hand back: a prefilled document, an answer, and the stream an answer arrives in."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+
+from .documents import Document
+from .prompt import ChatPrompt
+from .sources import Source
+from .timing import Timings
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One question's answer and what it cost."""
+
+    question: str
+    text: str
+    token_ids: tuple[int, ...]
+    timings: Timings
+    stop_reason: str  # "eos" (the model finished), "length" (max new tokens reached), "repeating" (it looped),
+    #                  or "stopped" (by the user)
+    used_cache: bool
+    sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
+
+
+class AnswerStream:
+    """An answer as it is produced: iterate it for text pieces; `.answer` is the finished Answer (it finishes the
+    stream first if needed). Closing it early (Stop, a client gone) ends the answer and rolls the cache back."""
+
+    def __init__(self, pieces: Generator[str, None, Answer]):
+        self._pieces = pieces  # yields text pieces, returns the Answer
+        self._answer: Answer | None = None
+        self._iterator = self._run()
+
+    def _run(self) -> Iterator[str]:
+        self._answer = yield from self._pieces
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._iterator)
+
+    @property
+    def answer(self) -> Answer:
+        for _ in self:
+            pass
+        assert self._answer is not None, "the stream was closed before it finished"
+        return self._answer
+
+    def text(self) -> str:
+        return self.answer.text
+
+    def close(self) -> None:
+        self._iterator.close()
+        self._pieces.close()
+
+    def __enter__(self) -> "AnswerStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass(eq=False)
+class PrefilledDocument:
+    """A document read once: its prefix ids and the engine's cache of them, ready for any number of questions.
+    Mutable on purpose: the cache is written in place by each answer and rolled back; `lock` lets one answer at a
+    time use it."""
+
+    document: Document
+    prompt: ChatPrompt  # the template split around document and question, with the date fixed at prefill
+    ids: tuple[int, ...]  # the prefix token ids the cache was computed from; never re-tokenized
+    cache: object  # the engine's cache (a KVCache for local engines): len(ids) tokens plus a reserve
+    cache_bytes: int  # what the cache holds in memory, its reserve included
+    prefill_s: float
+    model_name: str
+    max_question_tokens: int
+    max_new_tokens: int
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    def __getstate__(self) -> dict:  # crosses the ZeroGPU process boundary: everything but the lock
+        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, lock=threading.Lock())

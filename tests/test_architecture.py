@@ -1,0 +1,87 @@
+"""Issue 10: the house without circles. kvqa's modules import each other in one direction only, and nothing outside
+kvqa/engines/ knows which engine runs."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGE = ROOT / "kvqa"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The kvqa modules a file imports, at any depth (function-level imports count too)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("kvqa")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("kvqa"):
+                found.add(target)
+                found |= {f"{target}.{a.name}" for a in node.names}  # `from . import x` imports module x
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def visit(node):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_kvqa_has_no_import_cycles():
+    edges = graph()
+    assert len(edges) > 15 and "kvqa.engines.local" in edges["kvqa.engines"]
+    cycle = find_cycle(edges)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_utilities_import_nothing_of_the_compute():
+    edges = graph()
+    for low in ("kvqa.errors", "kvqa.memory", "kvqa.timing", "kvqa.config", "kvqa.budget", "kvqa.uploads"):
+        assert not {d for d in edges[low] if d.startswith(("kvqa.engines", "kvqa.session", "kvqa.model"))}, low
+
+
+def test_only_the_engines_know_about_zerogpu():
+    mention = re.compile(r"\bimport spaces\b|\bspaces\.GPU\b|SPACES_ZERO_GPU")
+    outside = [p for p in [*PACKAGE.rglob("*.py"), ROOT / "app.py"] if "engines" not in p.parts]
+    assert [str(p.relative_to(ROOT)) for p in outside if mention.search(p.read_text())] == []
