@@ -38,8 +38,11 @@ def main(argv: list[str] | None = None) -> int:
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
     flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature",
-             "repeat_stop")
-    return config_from_env(os.environ, **{name: getattr(args, name, None) for name in flags})
+             "repeat_stop", "draft_tokens")
+    settings = {name: getattr(args, name, None) for name in flags}
+    if getattr(args, "no_draft", False):
+        settings["draft_tokens"] = 0
+    return config_from_env(os.environ, **settings)
 
 
 def _ask(args: argparse.Namespace) -> int:
@@ -150,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--temperature", type=float, help="0 (default) answers greedily and exactly")
     ask.add_argument("--repeat-stop", type=int, help="end an answer that repeats itself over this many tokens "
                      "(default 12; 0: never)")
+    ask.add_argument("--draft-tokens", type=int, help="tokens guessed from the document and checked per step "
+                     "(default 6; greedy answers stay the same)")
+    ask.add_argument("--no-draft", action="store_true", help="decode one token per step (same as --draft-tokens 0)")
     ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)
@@ -160,6 +166,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--questions", type=int, default=3, help="how many built-in questions to ask (default 3)")
     bench.add_argument("--max-new-tokens", type=int, default=32, help="answer length in tokens (default 32)")
     bench.add_argument("--chunk-size", type=int, help="kvqa's prefill chunk in tokens (default 512)")
+    bench.add_argument("--draft-tokens", type=int, help="kvqa rows: tokens guessed per step (default 6; 0: off)")
     bench.add_argument("--doc", help="the document (.pdf, .txt, .md), repeated to fill the longest context "
                        "(default: the sample document)")
     bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "

@@ -32,6 +32,22 @@ class Timings:
     answer_s: float  # from the question to the last token
     fork_s: float = 0.0  # cost of giving the question its own view of the document cache
     sources_s: float = 0.0  # finding the passages the answer relies on (after the answer, not in answer_s)
+    decode_steps: int = 0  # forwards after the first token (each one token, or one token and its drafted guesses)
+    drafted_tokens: int = 0  # tokens that came from drafting (guesses the model agreed with)
+    single_step_s: float = 0.0  # mean time of this answer's one-token steps (no guesses): a step without drafting
+
+    @property
+    def draft_speedup(self) -> float | None:
+        """Decode speed against one token per step, estimated from this answer's own one-token steps; None when it
+        had none (the bench and scripts/evaluate.py measure it by answering again without drafting)."""
+        if not self.drafted_tokens or not self.single_step_s or not self.decode_tokens_per_s:
+            return None
+        return self.decode_tokens_per_s * self.single_step_s
+
+    @property
+    def drafted_per_step(self) -> float:
+        """Guessed tokens kept per decode step, on top of the one every step gives."""
+        return self.drafted_tokens / self.decode_steps if self.decode_steps else 0.0
 
     @property
     def decode_tokens_per_s(self) -> float:

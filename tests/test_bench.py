@@ -48,6 +48,9 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
             assert r["floor_ttft_s"] > 0 and r["unchunked_prefill_s"] > 0 and r["chunked_prefill_s"] > 0
             assert r["cache_tokens"] == r["context_tokens"] + 512 + max_new_tokens  # document + reserve
             assert r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0
+            assert r["draft_same_answers"] is True and r["draft_tokens_per_step"] >= 0  # issue 16
+            assert r["draft_speedup"] is None or r["draft_speedup"] > 0
+            assert 0 <= r["sources_s"] < r["answer_s"]  # issue 11: sources cost little
         else:
             assert r["floor_ttft_s"] is None
             assert r["ttft_over_floor"] is r["decode_floor_s"] is r["decode_step_s"] is r["decode_over_floor"] is None

@@ -33,14 +33,15 @@ def lm(request, tiny_lm, default_lm):
     return tiny_lm if request.param == "tiny" else default_lm
 
 
-def test_cached_answers_equal_whole_prompt_answers(lm):
+@pytest.mark.parametrize("draft", [0, 6])
+def test_cached_answers_equal_whole_prompt_answers(lm, draft):
     document = kvqa.document_from_text(TEXT)
     config = kvqa.Config(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = snapshot(doc)
     for question in QUESTIONS:
-        cached = kvqa.answer(lm, doc, question)
-        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt)
+        cached = kvqa.answer(lm, doc, question, draft=draft)
+        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt)  # never drafts
         assert cached.token_ids == whole.token_ids, question
         assert cached.text == whole.text
         assert cached.timings.new_tokens == len(cached.token_ids) > 0
@@ -49,8 +50,9 @@ def test_cached_answers_equal_whole_prompt_answers(lm):
     assert doc.cache_bytes == bytes_per_token(lm.config, lm.dtype) * (doc.tokens + config.reserve_tokens)
 
 
-@pytest.mark.parametrize("name", ["tiny-bfloat16", "tiny-float16", "smollm2-bfloat16"])
-def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_the_same_chunks(half_lms, name):
+@pytest.mark.parametrize("name,draft", [("tiny-bfloat16", 0), ("tiny-float16", 0), ("smollm2-bfloat16", 0),
+                                        ("smollm2-bfloat16", 6)])
+def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_the_same_chunks(half_lms, name, draft):
     """Issue 11: in bf16/fp16 a single forward over the whole prompt rounds differently from the chunked prefill
     (different matmul shapes), so only the recompute in the same chunks is promised, and it holds bit for bit."""
     lm = half_lms[name]
@@ -60,8 +62,9 @@ def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_th
     before = snapshot(doc)
     assert doc.cache.tensors()[0][0].dtype == lm.dtype != torch.float32
     for question in QUESTIONS:
-        cached = kvqa.answer(lm, doc, question)
-        again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt, same_schedule=True)
+        cached = kvqa.answer(lm, doc, question, draft=draft)
+        again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
+                                          same_schedule=True, draft=draft)
         assert cached.token_ids == again.token_ids and cached.text == again.text, question
         assert_unchanged(doc, before)
     ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS[0])

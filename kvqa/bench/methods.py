@@ -69,7 +69,7 @@ def run_recompute(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefi
                   questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """Every question answered from the whole prompt, computed from scratch."""
     with PeakMemory(lm.device) as memory:
-        engine = LocalEngine(config, lm=lm)
+        engine = LocalEngine(replace(config, repeat_stop=0, draft_tokens=0), lm=lm)  # the usual way: plain decoding
         answers = [engine.stream_without_cache(document, q, prompt=prompt).answer for q in questions]
     runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
     row = _row("recompute", len(prefix_ids), runs, peak_memory_bytes=memory.increase,
@@ -152,8 +152,9 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
                 times.append(now(device) - started)
                 del cache
     unchunked_s, chunked_s = min(unchunked), min(chunked)
-    answers, floors, forks = [], [], []
-    engine = LocalEngine(replace(config, temperature=0.0), lm=lm)
+    answers, plain, floors, forks = [], [], [], []
+    engine = LocalEngine(replace(config, temperature=0.0, repeat_stop=0), lm=lm)  # as the app uses it, drafting on
+    undrafted = LocalEngine(replace(engine.config, draft_tokens=0), lm=lm)  # the same without drafting
     with PeakMemory(device) as memory:
         doc = engine.prefill(document)
         for question in questions:
@@ -166,6 +167,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
                 doc.cache.rollback(doc.tokens)
                 forks.append(now(device) - started)
             answers.append(engine.stream(doc, question).answer)
+            plain.append(undrafted.stream(doc, question).answer)
         cache_bytes, capacity, tokens = doc.cache_bytes, doc.cache.capacity, doc.tokens
         prefill_s = doc.prefill_s
         del doc
@@ -181,6 +183,14 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
                unchunked_prefill_tokens_per_s=tokens / unchunked_s if unchunked_s > 0 else 0.0,
                chunk_size=config.chunk_size, answers=[a.text for a in answers])
     row["ttft_over_floor"] = row["ttft_s"] / row["floor_ttft_s"] if row["floor_ttft_s"] > 0 else None
+    steps = sum(a.timings.decode_steps for a in answers)
+    plain_rate = _decode_rate([(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in plain])
+    row.update(draft_tokens=engine.config.draft_tokens,
+               draft_tokens_per_step=sum(a.timings.drafted_tokens for a in answers) / steps if steps else 0.0,
+               undrafted_decode_tokens_per_s=plain_rate,
+               draft_speedup=row["decode_tokens_per_s"] / plain_rate if plain_rate > 0 else None,
+               draft_same_answers=[a.token_ids for a in answers] == [a.token_ids for a in plain],
+               sources_s=_median([a.timings.sources_s for a in answers]))  # after the answer, not in answer_s
     return row, [a.token_ids for a in answers]
 
 

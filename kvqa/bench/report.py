@@ -60,6 +60,15 @@ def format_table(result: dict) -> str:
                        f"{r['chunk_size']} vs {r['unchunked_prefill_tokens_per_s']:,.0f} tok/s unchunked "
                        f"({r['chunked_prefill_tokens_per_s'] / max(r['unchunked_prefill_tokens_per_s'], 1e-9):.2f}x, "
                        f"best of {PREFILL_REPEATS} each)")
+        out += ["", f"drafting from the document ({prefills[0]['draft_tokens']} guessed tokens per step at most), "
+                "decode tokens/s with and without, same questions:"]
+        for r in prefills:
+            speedup = f"{r['draft_speedup']:.2f}x" if r["draft_speedup"] else "-"
+            out.append(f"  {r['context_tokens']:>6,} tokens: {r['decode_tokens_per_s']:,.1f} vs "
+                       f"{r['undrafted_decode_tokens_per_s']:,.1f} tok/s ({speedup}), "
+                       f"{r['draft_tokens_per_step']:.2f} guessed tokens kept per step, "
+                       f"same answers: {'yes' if r['draft_same_answers'] else 'NO'}; finding sources "
+                       f"{_s(r['sources_s'])} ({r['sources_s'] / r['answer_s']:.1%} of the answer's time)")
     checks = target_checks(result)
     if checks:
         out += ["", f"targets at {max(r['context_tokens'] for r in result['results']):,} tokens:"]

@@ -138,17 +138,18 @@ def stream(
     seed: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     repeat_stop: int = 0,
+    draft: int = 0,
 ) -> AnswerStream:
     """Answer from the prefilled cache, streaming; the cache is left as it was. should_stop() is checked before each
-    new token; when it says so the answer ends with stop_reason "stopped". repeat_stop: see decode_n_tokens. The
-    Answer carries the passages it relies on. Bad questions raise here, at once."""
+    new token; when it says so the answer ends with stop_reason "stopped". repeat_stop, draft: see decode_n_tokens.
+    The Answer carries the passages it relies on. Bad questions raise here, at once."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
                             f"(the room kept after this document): got {max_new_tokens}.")
     ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens)
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop)
+                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
     return AnswerStream(with_sources(pieces, doc.document, question))
 
 
@@ -161,7 +162,8 @@ def _answer_on_cache(lm, doc, question, ids, **options) -> Generator[str, None, 
         with out_of_memory_as_error("answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             return (yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
-                                               started=started, used_cache=True, **options))
+                                               started=started, used_cache=True, context=[*doc.ids, *ids],
+                                               **options))
     finally:
         doc.cache.rollback(doc.tokens)
         doc.lock.release()
@@ -179,6 +181,7 @@ def stream_without_cache(
     seed: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     repeat_stop: int = 0,
+    draft: int = 0,
     same_schedule: bool = False,
 ) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
@@ -194,7 +197,7 @@ def stream_without_cache(
         chunks = [prefix[i: i + config.chunk_size] for i in range(0, len(prefix), config.chunk_size)]
         chunks.append(ids[len(prefix):])
     pieces = _answer_from_scratch(lm, chunks, question, max_new_tokens=max_new_tokens, temperature=temperature,
-                                  seed=seed, should_stop=should_stop, repeat_stop=repeat_stop)
+                                  seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
     return AnswerStream(with_sources(pieces, document, question))
 
 
@@ -207,7 +210,7 @@ def _answer_from_scratch(lm, chunks, question, *, max_new_tokens, **options) -> 
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
         return (yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
                                            max_new_tokens=max_new_tokens, started=started, used_cache=False,
-                                           **options))
+                                           context=[t for chunk in chunks for t in chunk], **options))
 
 
 def with_sources(pieces: Generator[str, None, Answer], document: Document,
@@ -248,39 +251,96 @@ def is_looping(tokens: list[int], min_run: int) -> bool:
     return run >= max(period, min_run)
 
 
+class Drafter:
+    """Prompt lookup (Saxena, 2023): guess the next tokens by finding the answer's last n tokens earlier in the
+    document, the question or the answer itself, and proposing what followed there (the latest occurrence; the
+    longest n first, from `ngram` down to `min_ngram`).
+
+    On a CPU a forward over 7 tokens costs about twice one over 1 (SmolLM2-135M, 2 cores: 95 against 45 ms), so a
+    wrong guess is expensive: matching at least 3 tokens drafts less often but is right more often. Measured on
+    the labelled set (20 questions, 2026-11-30), median decode speedup: 1.07x with n >= 1 (3 guesses), 1.02x
+    (6 guesses), 0.93x (10 guesses); 1.11x with n >= 2; 1.17x with n >= 3 (up to 4, 6 guesses); 1.15x with n >= 4."""
+
+    def __init__(self, context: list[int], *, ngram: int = 4, min_ngram: int = 3):
+        self.ngram, self.min_ngram = ngram, min_ngram
+        self.seq: list[int] = []
+        self.follows: dict[tuple[int, ...], int] = {}  # n-gram -> where its latest continuation starts in seq
+        for token in context:
+            self.add(token)
+
+    def add(self, token: int) -> None:
+        end = len(self.seq)  # the n-grams ending just before `token` now have a continuation: it
+        for n in range(1, min(self.ngram, end) + 1):
+            self.follows[tuple(self.seq[end - n: end])] = end
+        self.seq.append(token)
+
+    def propose(self, k: int) -> list[int]:
+        for n in range(min(self.ngram, len(self.seq)), self.min_ngram - 1, -1):
+            start = self.follows.get(tuple(self.seq[-n:]))
+            if start is not None:
+                return self.seq[start: start + k]
+        return []
+
+
 def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
-                    used_cache, should_stop, repeat_stop: int = 0) -> Generator[str, None, Answer]:
-    """Choose up to max_new_tokens tokens from logits (1, vocab), feeding each back; yields text, returns the Answer.
+                    used_cache, should_stop, repeat_stop: int = 0, context: list[int] | None = None,
+                    draft: int = 0) -> Generator[str, None, Answer]:
+    """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, returns the Answer.
+
+    With draft > 0 and greedy decoding, each step also checks up to `draft` tokens guessed from `context` (the
+    prompt's ids) and the answer so far: one forward over [last token, guesses] gives the model's own choice after
+    each of them, the guesses it agrees with are kept, and the cache is rolled back past the others. Every kept
+    token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never drafts.
     With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating")."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
+    drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None
     tokens: list[int] = []
-    text, ttft, stop_reason = "", 0.0, "length"
-    for step in range(max_new_tokens):
-        if should_stop is not None and should_stop():
-            stop_reason = "stopped"
-            break
-        token = choose(logits, temperature, generator)
-        if step == 0:
-            ttft = now(lm.device) - started
-        if token in lm.eos_ids:
-            stop_reason = "eos"
-            break
-        tokens.append(token)
-        if is_looping(tokens, repeat_stop):
-            stop_reason = "repeating"
-            break
+    text, stop_reason, steps, drafted = "", "length", 0, 0
+    single_s, singles = 0.0, 0  # the one-token steps' time: what a step costs without drafting
+    pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken
+    ttft = now(lm.device) - started
+    while stop_reason == "length" and len(tokens) < max_new_tokens:
+        for token in pending:
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+            elif token in lm.eos_ids:
+                stop_reason = "eos"
+            else:
+                tokens.append(token)
+                if drafter is not None:
+                    drafter.add(token)
+                if is_looping(tokens, repeat_stop):
+                    stop_reason = "repeating"
+            if stop_reason != "length" or len(tokens) == max_new_tokens:
+                break
         decoded = lm.tokenizer.decode(tokens, skip_special_tokens=True)
         if not decoded.endswith("\ufffd") and decoded.startswith(text):  # hold back half a UTF-8 character
             piece, text = decoded[len(text):], decoded
             if piece:
                 yield piece
-        if step + 1 < max_new_tokens:
-            logits = decode_one_token(lm, token, cache)
+        if stop_reason != "length" or len(tokens) == max_new_tokens:
+            break
+        steps += 1
+        guesses = drafter.propose(min(draft, max_new_tokens - len(tokens) - 1)) if drafter is not None else []
+        if guesses:
+            with torch.no_grad():
+                ids = torch.tensor([[tokens[-1], *guesses]], device=lm.device)  # (1, 1 + k)
+                choices = lm.model(input_ids=ids, cache=cache, use_cache=True).logits[0].argmax(-1).tolist()
+            agreed = 0
+            while agreed < len(guesses) and guesses[agreed] == choices[agreed]:
+                agreed += 1
+            cache.rollback(cache.length - (len(guesses) - agreed))  # forget the guesses the model did not make
+            pending, drafted = guesses[:agreed] + [choices[agreed]], drafted + agreed
+        else:
+            step_started = time.perf_counter()
+            pending = [choose(decode_one_token(lm, tokens[-1], cache), temperature, generator)]
+            single_s, singles = single_s + time.perf_counter() - step_started, singles + 1
     total = now(lm.device) - started
     final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
     if final != text and final.startswith(text):
         yield final[len(text):]
-    timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total)
+    timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total,
+                      decode_steps=steps, drafted_tokens=drafted, single_step_s=single_s / singles if singles else 0.0)
     return Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
                   stop_reason=stop_reason, used_cache=used_cache)
 
@@ -353,7 +413,8 @@ class LocalEngine:
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, temperature=self.config.temperature,
-                      seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop)
+                      seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop,
+                      draft=self.config.draft_tokens)
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
                              max_new_tokens: int | None = None,
@@ -361,7 +422,7 @@ class LocalEngine:
         return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,
                                     max_new_tokens=max_new_tokens, temperature=self.config.temperature,
                                     seed=self.config.seed, should_stop=should_stop,
-                                    repeat_stop=self.config.repeat_stop)
+                                    repeat_stop=self.config.repeat_stop, draft=self.config.draft_tokens)
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0

@@ -48,7 +48,7 @@ def _stream_on_gpu(doc: PrefilledDocument, question: str, config: Config,
     lm = load_model(config)
     doc = _to(doc, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, temperature=config.temperature, seed=config.seed,
-                    repeat_stop=config.repeat_stop)
+                    repeat_stop=config.repeat_stop, draft=config.draft_tokens)
     yield from pieces
     yield pieces.answer
 
@@ -57,7 +57,8 @@ def _answer_without_cache_on_gpu(document: Document, question: str, config: Conf
                                  max_new_tokens: int | None) -> Answer:
     lm = load_model(config)
     return stream_without_cache(lm, document, question, config=config, prompt=prompt, max_new_tokens=max_new_tokens,
-                                temperature=config.temperature, seed=config.seed, repeat_stop=config.repeat_stop).answer
+                                temperature=config.temperature, seed=config.seed, repeat_stop=config.repeat_stop,
+                                draft=config.draft_tokens).answer
 
 
 def _to(doc: PrefilledDocument, device) -> PrefilledDocument:

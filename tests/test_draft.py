@@ -1,0 +1,71 @@
+"""Issue 16: drafting from the document. Greedy answers with drafting are the tokens plain decoding gives (float32,
+the default model and the tiny one); guesses the model rejects leave no trace in the cache; Stop still ends within
+one step."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvqa
+from kvqa.engines.local import Drafter
+
+DOC = ("Pellacott Instruments was founded in 1994 by Ruth Calloway and Tomas Brandt in the town of Wrenford. "
+       "Full-time employees receive twenty-seven days of annual leave. The IT helpdesk is on extension 4417. "
+       "The parental leave policy gives twenty weeks of paid leave to every new parent. ") * 3
+QUESTIONS = ["Who founded Pellacott Instruments?", "How many days of annual leave do full-time employees get?",
+             "What is the IT helpdesk extension?", "Summarise the document."]
+
+
+def test_the_drafter_proposes_what_followed_the_longest_latest_match():
+    d = Drafter([1, 2, 3, 4, 5, 9, 2, 3, 7, 8], min_ngram=1)
+    d.add(2)
+    d.add(3)
+    assert d.propose(3) == [7, 8, 2]  # "2 3" last continued with 7 8 (and then the 2 just added)
+    assert Drafter([5, 6], min_ngram=1).propose(2) == []
+    assert Drafter([]).propose(4) == []
+    strict = Drafter([1, 2, 3, 4, 5, 9, 2, 3])  # by default at least 3 tokens must match
+    assert strict.propose(2) == []
+    strict.add(4)
+    assert strict.propose(2) == [5, 9]
+
+
+@pytest.fixture(params=["tiny", "smollm2"])
+def lm(request, tiny_lm, default_lm):
+    return tiny_lm if request.param == "tiny" else default_lm
+
+
+def test_drafted_answers_are_the_plain_answers(lm):
+    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=40))
+    before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
+    steps = drafted = 0
+    for question in QUESTIONS:
+        plain = kvqa.answer(lm, doc, question)
+        fast = kvqa.answer(lm, doc, question, draft=6)
+        assert fast.token_ids == plain.token_ids and fast.stop_reason == plain.stop_reason, question
+        assert plain.timings.drafted_tokens == 0 and fast.timings.decode_steps <= plain.timings.decode_steps
+        steps, drafted = steps + fast.timings.decode_steps, drafted + fast.timings.drafted_tokens
+        assert doc.cache.length == doc.tokens
+    for (k, v), (k0, v0) in zip(doc.cache.tensors(), before):  # rejected guesses left no trace
+        assert (k == k0).all() and (v == v0).all()
+    if lm.name != "tiny-llama":  # the real model copies from the document: guesses are kept
+        assert drafted > 0 and steps > 0
+
+
+def test_sampling_does_not_draft(tiny_lm):
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=16))
+    a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3, draft=6)
+    b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3)
+    assert a.token_ids == b.token_ids and a.timings.drafted_tokens == 0
+
+
+def test_stop_ends_a_drafted_answer_within_a_step(default_lm):
+    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=64))
+    stop = []
+    pieces = kvqa.stream(default_lm, doc, "Repeat the first sentence of the document.", draft=6,
+                         should_stop=lambda: bool(stop))
+    first = next(pieces)
+    taken = len(default_lm.tokenizer(first, add_special_tokens=False)["input_ids"])
+    stop.append(True)
+    answer = pieces.answer
+    assert answer.stop_reason == "stopped" and len(answer.token_ids) <= taken + 7
+    assert doc.cache.length == doc.tokens and not doc.lock.locked()
