@@ -86,10 +86,10 @@ def page_at(text: str, offset: int) -> int:
 def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3) -> list[Source]:
     """The passages of `text` that best support `answer`, best first: at most `limit`, each scoring at least half
     the best. Empty when the answer shares no word with the document."""
-    wanted = set(terms(answer))
+    wanted = sorted(set(terms(answer)))  # sorted: a float sum in set order would vary with the process's hash seed
     if not wanted or not text.strip():
         return []
-    asked = set(terms(question)) - wanted
+    asked = sorted(set(terms(question)) - set(wanted))
     spans, counts, idf = _index(text)
     scored = []
     for (start, end), count in zip(spans, counts):
