@@ -16,7 +16,6 @@ from collections import OrderedDict
 from .errors import BusyError, DocumentTooLong
 from .memory import default_budget_bytes, release_memory
 
-__all__ = ["CacheBudget", "default_budget_bytes", "release_memory"]
 
 class CacheBudget:
     """Tracks the bytes of every live prefilled cache by owner, in least-recently-used order, plus reservations."""
@@ -93,15 +92,9 @@ class CacheBudget:
             self._held.pop(owner, None)
             self._reserved.pop(owner, None)
 
-    def held_by(self, owner) -> int:
-        with self._lock:
-            return self._held.get(owner, 0)
-
     def _others_bytes(self, owner) -> int:
         return (sum(b for o, b in self._held.items() if o is not owner)
                 + sum(b for o, b in self._reserved.items() if o is not owner))
-
-
 
 
 def budget_for(engine, config) -> CacheBudget:

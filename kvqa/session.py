@@ -30,9 +30,12 @@ class Turn:
     answer: str
     timings: Timings
     baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
-    stopped: bool = False  # the user pressed Stop; timings cover what was generated until then
-    stop_reason: str = "eos"
+    stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_reason == "stopped"
 
 
 def fingerprint(engine: Engine, document: Document) -> str:
@@ -93,8 +96,7 @@ class Session:
                 measured = self.engine.stream_without_cache(self.document, question,
                                                             prompt=self.prefilled.prompt).answer.timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
-                                   stopped=result.stop_reason == "stopped", stop_reason=result.stop_reason,
-                                   sources=result.sources))
+                                   stop_reason=result.stop_reason, sources=result.sources))
             return result
 
     def stop(self) -> None:

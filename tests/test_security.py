@@ -4,7 +4,6 @@ symlinks leading out) are refused without being read, through gradio_client, raw
 
 from __future__ import annotations
 
-import json
 import secrets
 import sys
 import time

@@ -130,5 +130,4 @@ def read_bandwidth(device: torch.device, *, seconds: float = 1.0, tensor_bytes: 
             read()
             best = min(best, now(device) - started)
         runs += 1
-    del t
     return Bandwidth(bytes_per_s=rows * width * 4 / best, tensor_bytes=rows * width * 4, runs=runs)

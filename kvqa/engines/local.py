@@ -65,9 +65,8 @@ def prefill(
             progress(fraction)
 
 
-def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Config(),
-                  admit: Callable[[int], None] | None = None) -> Generator[float, None, PrefilledDocument]:
-    """prefill() as a generator: yields the fraction read after each chunk, returns the PrefilledDocument."""
+def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[ChatPrompt, list[int]]:
+    """The document's prompt and prefix ids, tokenized once; raises DocumentTooLong when they cannot fit."""
     if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
         raise DocumentTooLong(
             f"The document is {len(document.text):,} characters, far more than this model reads "
@@ -76,8 +75,17 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
         )
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
+    check_fits(lm, len(ids), config.reserve_tokens)
+    return prompt, ids
+
+
+def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Config(),
+                  admit: Callable[[int], None] | None = None,
+                  prefix: tuple[ChatPrompt, list[int]] | None = None) -> Generator[float, None, PrefilledDocument]:
+    """prefill() as a generator: yields the fraction read after each chunk, returns the PrefilledDocument.
+    `prefix`: prefix_of()'s result when the caller has it already (ZeroGPU tokenizes on the CPU side)."""
+    prompt, ids = prefix or prefix_of(lm, document, config=config)
     reserve = config.reserve_tokens
-    check_fits(lm, len(ids), reserve)
     if admit is not None:
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
     started = now(lm.device)
@@ -270,7 +278,7 @@ class Drafter:
 
     def add(self, token: int) -> None:
         end = len(self.seq)  # the n-grams ending just before `token` now have a continuation: it
-        for n in range(1, min(self.ngram, end) + 1):
+        for n in range(self.min_ngram, min(self.ngram, end) + 1):  # only the lengths propose() looks up
             self.follows[tuple(self.seq[end - n: end])] = end
         self.seq.append(token)
 
@@ -293,12 +301,12 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never drafts.
     With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating")."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
-    drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None
     tokens: list[int] = []
     text, stop_reason, steps, drafted = "", "length", 0, 0
     single_s, singles = 0.0, 0  # the one-token steps' time: what a step costs without drafting
     pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken
     ttft = now(lm.device) - started
+    drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None  # indexed after the first token
     while stop_reason == "length" and len(tokens) < max_new_tokens:
         for token in pending:
             if should_stop is not None and should_stop():
@@ -376,7 +384,6 @@ def guarantee(dtype: str) -> str:
             "average; float16: 7 of 8).")
 
 
-
 class LocalEngine:
     """kvqa's exact engine: the model in this process, caches where the model is (GPU or CPU memory)."""
 
@@ -388,7 +395,7 @@ class LocalEngine:
 
     @property
     def lm(self) -> LoadedModel:
-        """The model, loaded on first use (and its chat template checked then)."""
+        """The model, loaded on first use (load() also checks its chat template)."""
         if self._lm is None:
             self._lm = load_model(self.config)
         return self._lm

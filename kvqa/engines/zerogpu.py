@@ -20,7 +20,7 @@ from ..prompt import ChatPrompt
 from ..results import Answer, AnswerStream, PrefilledDocument
 from ..timing import Timings
 from .base import EngineInfo
-from .local import LocalEngine, check_fits, guarantee, prefill_steps, stream, stream_without_cache
+from .local import LocalEngine, guarantee, prefill_steps, prefix_of, stream, stream_without_cache
 
 
 def prefill_seconds(document: Document, config: Config, *args) -> int:
@@ -37,9 +37,10 @@ def baseline_seconds(document: Document, question: str, config: Config, *args) -
     return prefill_seconds(document, config) + 15 + config.max_new_tokens // 20
 
 
-def _prefill_on_gpu(document: Document, config: Config) -> Generator[float | PrefilledDocument, None, None]:
+def _prefill_on_gpu(document: Document, config: Config,
+                    prefix: tuple[ChatPrompt, list[int]]) -> Generator[float | PrefilledDocument, None, None]:
     lm = load_model(config)
-    doc = yield from prefill_steps(lm, document, config=config)  # progress crosses as it happens
+    doc = yield from prefill_steps(lm, document, config=config, prefix=prefix)  # progress crosses as it happens
     yield _to(doc, "cpu")
 
 
@@ -93,11 +94,10 @@ class ZeroGPUEngine:
     def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
                 admit: Callable[[int], None] | None = None) -> PrefilledDocument:
         lm = self.local.lm
-        tokens = len(ChatPrompt.for_tokenizer(lm.tokenizer).prefix_ids(document.text))  # refuse before the GPU
-        check_fits(lm, tokens, self.config.reserve_tokens)
+        prefix = prefix_of(lm, document, config=self.config)  # once, here: a bad document never reaches the GPU
         if admit is not None:  # the GPU's cache has the model's dtype there; bf16 on ZeroGPU's H200
-            admit(bytes_per_token(lm.config, _gpu_dtype(self.config)) * (tokens + self.config.reserve_tokens))
-        for item in self._prefill_on_gpu(document, self.config):
+            admit(bytes_per_token(lm.config, _gpu_dtype(self.config)) * (len(prefix[1]) + self.config.reserve_tokens))
+        for item in self._prefill_on_gpu(document, self.config, prefix):
             if isinstance(item, PrefilledDocument):
                 return item
             if progress is not None:
