@@ -9,7 +9,7 @@ and the document's keys/values are never written after the prefill, so they stay
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer, get_layer_types_and_kwargs
+from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, get_layer_types_and_kwargs
 
 
 class _BufferLayer(DynamicLayer):
@@ -81,6 +81,10 @@ class KVCache(Cache):
     def __init__(self, num_layers: int, capacity: int):
         super().__init__(layers=[_BufferLayer(capacity) for _ in range(num_layers)])
         self.capacity = capacity
+        self._static: Cache | None = None  # static_view(), built on first use
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_static": None}  # the view shares the buffers: rebuilt after unpickling
 
     @property
     def length(self) -> int:
@@ -103,10 +107,43 @@ class KVCache(Cache):
         """Each layer's (keys, values) over the current length, as views."""
         return [(layer.keys, layer.values) for layer in self.layers]
 
+    def static_view(self) -> Cache:
+        """The same buffers as a fixed-shape cache for a compiled decode step (kvqa.engines.local.decode_one_token):
+        every forward sees the whole capacity, later positions hidden by the causal mask, and the write position is
+        a tensor, so the shapes and addresses a compiled graph (or a CUDA graph) captures never change from token
+        to token or question to question. Built once per cache; call advance(n) after each step."""
+        if self._static is None:
+            layers = []
+            for layer in self.layers:
+                assert layer.is_initialized, "prefill the cache before decoding from it"
+                static = StaticLayer(max_cache_len=self.capacity)
+                static.keys, static.values = layer.key_buffer, layer.value_buffer  # shared, not copied
+                for buffer in (layer.key_buffer, layer.value_buffer):  # the reserve was never written: masked
+                    buffer[:, :, layer.length:].zero_()  # positions must hold numbers (0 x NaN is NaN)
+                static.device = layer.key_buffer.device
+                static.batch_size, static.num_heads = layer.key_buffer.shape[:2]
+                static.k_head_dim, static.v_head_dim = layer.key_buffer.shape[-1], layer.value_buffer.shape[-1]
+                static.cumulative_length = torch.zeros((), dtype=torch.long, device=static.device)
+                for tensor in (static.keys, static.values, static.cumulative_length):
+                    torch._dynamo.mark_static_address(tensor)
+                static.is_initialized = True
+                layers.append(static)
+            self._static = Cache(layers=layers)
+        for static in self._static.layers:
+            static.cumulative_length.fill_(self.length)  # in place: the graph keeps reading the same tensor
+        return self._static
+
+    def advance(self, tokens: int) -> None:
+        """Count `tokens` written by a step on the static view as held."""
+        assert self.length + tokens <= self.capacity, f"cache overflow: {self.length + tokens} > {self.capacity}"
+        for layer in self.layers:
+            layer._set_length(layer.length + tokens)
+
     def to(self, device: torch.device | str) -> "KVCache":
         """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
         for layer in self.layers:
             layer.to(torch.device(device))
+        self._static = None  # its tensors were on the old device
         return self
 
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
     flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature",
-             "repeat_stop", "draft_tokens")
+             "repeat_stop", "draft_tokens", "compile")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -137,6 +137,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+    p.add_argument("--compile", choices=("on", "off"), help="decode through torch.compile on a fixed-shape cache "
+                   "(CUDA graphs on a GPU); the first answer pays the compile (default: off, or $KVQA_COMPILE)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -30,6 +30,7 @@ class Config:
     seed: int | None = None  # for sampling (temperature > 0): the same seed gives the same answer
     repeat_stop: int = 12  # end an answer that repeats a span whole over this many tokens ("repeating"); 0: never
     draft_tokens: int = 6  # greedy answers check this many tokens guessed from the document per step; 0: off
+    compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
     max_file_mb: float = 50.0  # largest upload or file read
     max_pdf_pages: int = 2000
     max_pdf_seconds: float = 120.0  # give up extracting a PDF's text after this long
@@ -56,7 +57,7 @@ ENVIRONMENT = {
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "draft_tokens": "KVQA_DRAFT_TOKENS",
+    "draft_tokens": "KVQA_DRAFT_TOKENS", "compile": "KVQA_COMPILE",
 }
 
 
@@ -84,6 +85,8 @@ def config_from_env(environ, **overrides) -> Config:
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
                "caches_per_client", "sessions_per_client", "session_ttl_s")
+    if config.compile not in ("off", "on"):
+        raise KvqaError(f"KVQA_COMPILE must be on or off, not '{config.compile}'.")
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
     low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens") if getattr(config, n) < 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):

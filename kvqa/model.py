@@ -8,6 +8,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +72,7 @@ class LoadedModel:
     context_length: int  # the most tokens the model reads: document + question + answer
     eos_ids: frozenset[int]
     load_s: float
+    decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
 
     @property
     def config(self):
@@ -83,7 +85,7 @@ _lock = threading.Lock()
 
 def load_model(config: Config = Config()) -> LoadedModel:
     """The model named by config, loaded on first use and shared by every caller in the process."""
-    key = (config.model, config.device, config.dtype, config.attn_implementation)
+    key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile)
     with _lock:
         if key not in _loaded:
             _loaded[key] = _load(config)
@@ -184,11 +186,14 @@ def _load(config: Config) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
     except (OSError, ValueError, ImportError) as e:
         raise ModelError(_load_failure(config.model, e)) from None
-    return prepare(model, tokenizer, name=config.model, device=device, load_started=started)
+    return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
+                   compile=config.compile == "on")
 
 
-def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None) -> LoadedModel:
-    """Check a model is supported, move it to its device in eval mode, and describe it."""
+def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
+            compile: bool = False) -> LoadedModel:
+    """Check a model is supported, move it to its device in eval mode, and describe it. compile: decode through
+    compiled_decode_step()."""
     reason = unsupported_reason(model.config)
     if reason:
         raise ModelError(f"kvqa does not support {name}: {reason}. Choose a model with full attention in every "
@@ -213,7 +218,19 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         context_length=int(getattr(text_config, "max_position_embeddings", 0) or 2048),
         eos_ids=frozenset(eos_ids),
         load_s=time.perf_counter() - load_started if load_started else 0.0,
+        decode_step=compiled_decode_step(model, device) if compile else None,
     )
+
+
+def compiled_decode_step(model, device: torch.device) -> Callable:
+    """One decode step, (ids (1, 1), position (1, 1), static cache) -> logits (1, vocab), under torch.compile with
+    fixed shapes per document: CUDA graphs on a GPU ("reduce-overhead": no Python or kernel launches per layer),
+    fused small ops on the CPU. Compiled once, on the first step, for any cache capacity (dynamic=True: the capacity
+    is symbolic); a CUDA graph is recorded per capacity, i.e. per document, and replayed for its every token."""
+    def step(ids: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
+        return model(input_ids=ids, position_ids=position, cache=cache, use_cache=True).logits[:, -1]
+
+    return torch.compile(step, mode="reduce-overhead" if device.type == "cuda" else "default", dynamic=True)
 
 
 def _load_failure(name: str, error: Exception) -> str:

@@ -91,4 +91,5 @@ def random_init_model(path: str | Path, config: Config) -> LoadedModel:
     vocab = model.config.get_text_config(decoder=True).vocab_size
     if vocab < len(tokenizer):
         tokenizer = FoldedTokenizer(tokenizer, vocab)
-    return prepare(model, tokenizer, name=f"random-init {path.stem}", device=device, load_started=started)
+    return prepare(model, tokenizer, name=f"random-init {path.stem}", device=device, load_started=started,
+                   compile=config.compile == "on")

@@ -45,6 +45,10 @@ def format_table(result: dict) -> str:
         out.append(f"memory read bandwidth {m['bandwidth_gb_s']:,.1f} GB/s (fastest of {m['bandwidth_runs']} sums and "
                    f"matrix-vector products over {_mib(m['bandwidth_tensor_bytes'])} MiB of float32 on {m['device']}, "
                    f"{m['torch_threads']} torch threads); floor step = (weights + KV at the context) / bandwidth")
+    if result.get("compiled_decode"):
+        out.append(f"decode step compiled (torch.compile{', CUDA graphs' if m['device'].startswith('cuda') else ''}); "
+                   f"warm-up before timing, compile included: " + ", ".join(
+                       f"{k} {_s(v)}" for k, v in result.get("warm_up_s", {}).items()))
     out += ["", line(columns), line(["-" * w for w in widths])]
     last = None
     for r, cells in zip(result["results"], rows):

@@ -10,6 +10,7 @@ import os
 import platform
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -143,12 +144,15 @@ def run_bench(
     text = long_text(text, lm.tokenizer, max(contexts) + 64)
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     cuts = {n: cut_document(prompt, text_ids, n, name=document_name) for n in contexts}
-    if warm_up:  # first calls pay for lazy initialisation (kernels, allocator, thread pools): not part of any method
-        document, prefix_ids = cuts[min(contexts)]
-        small = replace(config, max_new_tokens=2)
-        say("warming up ...")
+    warm_up_s = {}
+    if warm_up:  # first calls pay for lazy initialisation (kernels, allocator, thread pools, compiling the decode
+        document, prefix_ids = cuts[min(contexts)]  # step): not part of any method's figures
+        small = replace(config, max_new_tokens=4)
+        say("warming up" + (" (compiling the decode step)" if lm.decode_step is not None else "") + " ...")
         for method in methods:
+            started = time.perf_counter()
             RUNNERS[method](lm, document, prompt, prefix_ids, questions[:1], small)
+            warm_up_s[method] = time.perf_counter() - started
     say("measuring memory read bandwidth ...")
     bandwidth = read_bandwidth(lm.device)  # once per run: the floor of every decode step below
     results = []
@@ -165,7 +169,8 @@ def run_bench(
             row = {**row, "target_context_tokens": n, "questions": len(questions),
                    "max_new_tokens": config.max_new_tokens, "same_answers": ids == reference}
             results.append(row)
-    return {"machine": machine_info(lm, bandwidth), "model": lm.name, "results": results}
+    return {"machine": machine_info(lm, bandwidth), "model": lm.name, "compiled_decode": lm.decode_step is not None,
+            "warm_up_s": warm_up_s, "results": results}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -204,16 +204,18 @@ def stream_without_cache(
     if same_schedule:
         chunks = [prefix[i: i + config.chunk_size] for i in range(0, len(prefix), config.chunk_size)]
         chunks.append(ids[len(prefix):])
-    pieces = _answer_from_scratch(lm, chunks, question, max_new_tokens=max_new_tokens, temperature=temperature,
-                                  seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
+    capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
+    pieces = _answer_from_scratch(lm, chunks, question, capacity=capacity, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, seed=seed, should_stop=should_stop,
+                                  repeat_stop=repeat_stop, draft=draft)
     return AnswerStream(with_sources(pieces, document, question))
 
 
-def _answer_from_scratch(lm, chunks, question, *, max_new_tokens, **options) -> Generator[str, None, Answer]:
+def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, **options) -> Generator[str, None, Answer]:
     started = now(lm.device)
     tokens = sum(len(c) for c in chunks)
     with out_of_memory_as_error("answering"):
-        cache = new_cache(lm.config, tokens + max_new_tokens)
+        cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
         return (yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
@@ -232,10 +234,16 @@ def with_sources(pieces: Generator[str, None, Answer], document: Document,
 
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:
-    """Feed one chosen token through the model on top of the cache; returns the next logits, (1, vocab)."""
+    """Feed one chosen token through the model on top of the cache; returns the next logits, (1, vocab).
+    With a compiled step (Config.compile), on the cache's fixed-shape view: the same graph for every token."""
+    ids = torch.tensor([[token]], device=lm.device)  # (1, 1)
     with torch.no_grad():
-        return lm.model(input_ids=torch.tensor([[token]], device=lm.device), cache=cache,
-                        use_cache=True).logits[:, -1]
+        if lm.decode_step is None:
+            return lm.model(input_ids=ids, cache=cache, use_cache=True).logits[:, -1]
+        position = torch.tensor([[cache.length]], device=lm.device)  # (1, 1)
+        logits = lm.decode_step(ids, position, cache.static_view()).clone()  # a CUDA graph reuses its output
+        cache.advance(1)
+        return logits
 
 
 def repeated_tail(tokens: list[int], *, max_period: int = 64) -> tuple[int, int]:
