@@ -29,12 +29,28 @@ _BOMS = (
 
 
 @dataclass(frozen=True)
+class Part:
+    """Which part of a longer document a Document holds: pages first..last (PDF, 1-based) or characters
+    first..last (text, 1-based), out of `total`."""
+
+    unit: str  # "pages" or "characters"
+    first: int
+    last: int
+    total: int
+
+    def __str__(self) -> str:
+        return f"{self.unit} {self.first:,}-{self.last:,} of {self.total:,}"
+
+
+@dataclass(frozen=True)
 class Document:
     """A document's text, ready to prefill."""
 
     name: str  # file name or "pasted text", for display
     text: str
-    pages: int | None = None  # PDF page count, None for text
+    pages: int | None = None  # PDF page count (the whole file's), None for text
+    page_starts: tuple[int, ...] = ()  # PDF: where each page's text (with its "[Page n]" line) begins in `text`
+    part: Part | None = None  # set when this is a part of a longer document (kvqa.parts)
 
     @property
     def chars(self) -> int:
@@ -75,14 +91,14 @@ def load_document(path: str | Path, *, config: Config = Config()) -> Document:
         raise DocumentError(f"kvqa may not read {path}: check the file's permissions.") from None
     if not data:
         raise DocumentError(f"{path.name} is empty (0 bytes): choose a file with text in it.")
+    starts: tuple[int, ...] = ()
     if suffix in PDF_SUFFIXES:
-        text, pages = _pdf_text(data, path.name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
+        text, starts = _pdf_text(data, path.name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
     else:
-        text, pages = decode_text(data, name=path.name), None
-    text = _normalise(text)
+        text = _normalise(decode_text(data, name=path.name))
     if not text.strip():  # a PDF without text has been refused by _pdf_text already
         raise DocumentError(f"{path.name} holds only whitespace: choose a file with text in it.")
-    return Document(name=path.name, text=text, pages=pages)
+    return Document(name=path.name, text=text, pages=len(starts) if starts else None, page_starts=starts)
 
 
 def decode_text(data: bytes, *, name: str = "the file") -> str:
@@ -144,8 +160,8 @@ def _normalise(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
 
 
-def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> tuple[str, int]:
-    """Extract a PDF's text page by page, with visible page breaks; returns (text, page count)."""
+def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> tuple[str, tuple[int, ...]]:
+    """Extract a PDF's text page by page, with visible page breaks; returns (text, where each page begins in it)."""
     import pypdf
     from pypdf.errors import LimitReachedError, PdfReadError, PyPdfError
 
@@ -179,7 +195,7 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
                     "the PDF is too complex; export its text and upload that instead."
                 )
             page.get_contents()  # raises LimitReachedError on a decompression bomb; extract_text would hide it
-            page_text = page.extract_text() or ""
+            page_text = _normalise(page.extract_text() or "")
             page_texts.append(page_text)
             parts.append((PAGE_BREAK.format(n=n) if n > 1 else "") + page_text.strip("\n"))
     except DocumentError:
@@ -195,4 +211,8 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
         raise DocumentError(
             f"{name} has no text layer (it is probably scanned images): run it through OCR first, or paste its text."
         )
-    return "".join(parts), count
+    starts, offset = [], 0
+    for part in parts:
+        starts.append(offset)
+        offset += len(part)
+    return "".join(parts), tuple(starts)

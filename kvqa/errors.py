@@ -12,6 +12,11 @@ class DocumentError(KvqaError):
 class DocumentTooLong(DocumentError):
     """The document does not fit in the model's context (or in the memory budget)."""
 
+    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.tokens = tokens  # the document's prompt prefix in tokens, when counted
+        self.limit = limit  # the most prefix tokens the model reads; None: the memory budget refused it
+
 
 class QuestionError(KvqaError):
     """The question cannot be answered as given (empty, too long)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ModelError, QuestionError
@@ -87,17 +88,56 @@ class ChatPrompt:
         content = rendered[len(head): len(rendered) - len(self.post)]
         return self._ids([(self.mid[self.cut:], False), (content, True), (self.post, False)])
 
-    def question_ids(self, question: str, *, limit: int) -> list[int]:
-        """The question's suffix ids; raises QuestionError when it is empty or longer than `limit` tokens."""
+    def conversation_ids(self, history: Sequence[tuple[str, str]], question: str) -> list[int]:
+        """Token ids after the system turn for earlier (question, answer) turns, then the question and the assistant's
+        generation prompt: what the template renders for the whole conversation, cut where prefix_ids ends."""
+        if not history:
+            return self.suffix_ids(question)
+        contents = [c for turn in history for c in turn] + [question]
+        placeholders = [f"kvqaTURN{i}kvqa" for i in range(len(contents))]
+        skeleton = _render_turns(self.tokenizer, _DOC, placeholders, self.date_string)
+        head = self.pre + _DOC + self.mid
+        if not skeleton.startswith(head) or not skeleton.startswith(head + placeholders[0]):
+            raise ModelError(_NO_CONVERSATION)
+        between = re.split("|".join(placeholders), skeleton[len(head):])  # around each turn's content
+        if len(between) != len(contents) + 1 or between[0]:
+            raise ModelError(_NO_CONVERSATION)
+        shaped = [self._as_content(c) for c in contents]  # what the template does to content (Llama 3.x trims it)
+        pieces = [(self.mid[self.cut:], False)]
+        for content, after in zip(shaped, between[1:]):
+            pieces += [(content, True), (after, False)]
+        if head + "".join(c + a for c, a in zip(shaped, between[1:])) != _render_turns(
+                self.tokenizer, _DOC, contents, self.date_string):
+            raise ModelError(_NO_CONVERSATION)
+        return self._ids(pieces)
+
+    def _as_content(self, text: str) -> str:
+        """`text` as the template prints a message's content."""
+        rendered = _render(self.tokenizer, _DOC, text, self.date_string)
+        return rendered[len(self.pre + _DOC + self.mid): len(rendered) - len(self.post)]
+
+    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """The question's suffix ids, after the earlier turns of `history` (question, answer) when given; raises
+        QuestionError when the question is empty or its ids are longer than `limit` tokens."""
         if not question or not question.strip():
             raise QuestionError("The question is empty: type a question about the document.")
         if len(question) > MAX_QUESTION_CHARS:
             raise QuestionError(f"The question is {len(question):,} characters; the limit is {MAX_QUESTION_CHARS:,}. "
                                 "Ask something shorter.")
-        ids = self.suffix_ids(question)
+        ids = self.conversation_ids(history, question)
         if len(ids) > limit:
-            raise QuestionError(f"The question is {len(ids):,} tokens; the limit is {limit:,}. Ask something shorter.")
+            said = " with the conversation before it" if history else ""
+            raise QuestionError(f"The question{said} is {len(ids):,} tokens; the limit is {limit:,}. Ask something "
+                                "shorter" + (", or start a new conversation." if history else "."))
         return ids
+
+    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> tuple[int, list[int]]:
+        """(turns kept, ids): the question after as many of the latest turns of `history` as fit in `limit` tokens."""
+        for keep in range(len(history), 0, -1):
+            ids = self.conversation_ids(history[len(history) - keep:], question)
+            if len(ids) <= limit:
+                return keep, ids
+        return 0, self.question_ids(question, limit=limit)
 
     def check(self) -> None:
         """Raise ModelError unless prefix + suffix ids equal the whole conversation tokenized in one go, for a
@@ -140,10 +180,20 @@ _NOT_SPLITTABLE = ("kvqa cannot use this model's chat template: it cannot be cut
 
 
 def _render(tokenizer, system: str, user: str, date_string: str) -> str:
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return _render_turns(tokenizer, system, [user], date_string)
+
+
+def _render_turns(tokenizer, system: str, turns: Sequence[str], date_string: str) -> str:
+    """The template over a system turn, then user and assistant turns alternately (the last one the user's)."""
+    messages = [{"role": "system", "content": system}]
+    messages += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, date_string=date_string
     )
+
+
+_NO_CONVERSATION = ("This model's chat template cannot be cut exactly around earlier turns: kvqa can answer each "
+                    "question on its own with it, but cannot remember the conversation.")
 
 
 def _specials(tokenizer) -> re.Pattern:

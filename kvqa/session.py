@@ -12,6 +12,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .parts import notice, prefill_part
 from .budget import CacheBudget
 from .documents import Document
 from .engines import Engine
@@ -32,6 +33,7 @@ class Turn:
     baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
     stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
+    follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
 
     @property
     def stopped(self) -> bool:
@@ -50,10 +52,14 @@ class Session:
         self.engine = engine
         self.budget = budget
         self.client = client  # who opened it (an address), for per-client limits in the budget
-        self.document: Document | None = None
+        self.source: Document | None = None  # the document as loaded: every page or character of it
+        self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
+        self.notice: str | None = None  # what was read when it is not all of the source (kvqa.parts)
         self.prefilled: PrefilledDocument | None = None
         self.fingerprint: str | None = None
         self.turns: list[Turn] = []
+        self.remember = False  # follow-ups: each question reads the conversation since new_conversation()
+        self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self._busy = threading.Lock()  # one action at a time per session
 
@@ -61,15 +67,32 @@ class Session:
     def busy(self) -> bool:
         return self._busy.locked()
 
-    def load(self, document: Document, *, progress: Callable[[float], None] | None = None) -> bool:
-        """Prefill a new document, replacing the old one and the chat; False if it is the one already loaded."""
-        key = fingerprint(self.engine, document)
+    def load(self, document: Document, *, part: tuple[int, int] | None = None,
+             progress: Callable[[float], None] | None = None) -> bool:
+        """Prefill a new document (or its pages / characters part=(first, last)), replacing the old one and the chat;
+        False if it is what is loaded already. When it does not fit the model, the part that does is read and
+        self.notice says which."""
+        key = fingerprint(self.engine, document) + f"\0{part}"
         if key == self.fingerprint and self.prefilled is not None:
             return False
         with self._exclusive():
-            prefilled = self._prefill(document, progress=progress)
-            self.document, self.prefilled, self.fingerprint, self.turns = document, prefilled, key, []
+            first, last = part or (None, None)
+            prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
+                                           document, first=first, last=last)
+            self.source, self.document, self.prefilled, self.fingerprint = document, prefilled.document, prefilled, key
+            self.notice = notice(prefilled.document, document, asked=part)
+            self.turns, self._conversation_start = [], 0
         return True
+
+    def new_conversation(self) -> None:
+        """Forget the conversation (follow-ups start again from the document alone); the document stays read."""
+        self._conversation_start = len(self.turns)
+
+    def history(self) -> list[tuple[str, str]]:
+        """The current conversation's (question, answer) turns, oldest first; empty unless remember is on."""
+        if not self.remember:
+            return []
+        return [(t.question, t.answer) for t in self.turns[self._conversation_start:] if not t.stopped]
 
     def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
             on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:
@@ -88,15 +111,19 @@ class Session:
                 self.prefilled = self._prefill(self.document, progress=progress)
                 if on_rebuild is not None:
                     on_rebuild(self.prefilled)
-            with self.engine.stream(self.prefilled, question, should_stop=self._stop.is_set) as pieces:
+            history = self.history()
+            keep = self.engine.remembered(self.prefilled, history, question) if history else 0
+            history = history[len(history) - keep:]  # the latest turns that fit in the room kept for a question
+            with self.engine.stream(self.prefilled, question, should_stop=self._stop.is_set,
+                                    history=history) as pieces:
                 yield from pieces  # closing this generator closes the answer: the cache rolls back now
                 result = pieces.answer
             measured = None
             if baseline and result.stop_reason != "stopped":
-                measured = self.engine.stream_without_cache(self.document, question,
-                                                            prompt=self.prefilled.prompt).answer.timings
+                measured = self.engine.stream_without_cache(self.document, question, prompt=self.prefilled.prompt,
+                                                            history=history).answer.timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
-                                   stop_reason=result.stop_reason, sources=result.sources))
+                                   stop_reason=result.stop_reason, sources=result.sources, follows=len(history)))
             return result
 
     def stop(self) -> None:

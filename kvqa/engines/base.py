@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,13 +44,18 @@ class Engine(Protocol):
         may raise to refuse)."""
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
-        """Answer from the prefilled document, streaming; the document's cache is left as it was."""
+               should_stop: Callable[[], bool] | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        """Answer from the prefilled document, streaming; the document's cache is left as it was. history: earlier
+        (question, answer) turns of the conversation, read between the document and the question."""
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
-                             max_new_tokens: int | None = None,
-                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
+                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         """Answer by reading the whole prompt again (the measured baseline), with the same model and settings."""
+
+    def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
+        """How many of the latest turns of `history` fit before the question (the rest is forgotten)."""
 
     def count_tokens(self, text: str) -> int:
         """How many tokens the model reads for `text`."""

@@ -11,7 +11,7 @@ token for token.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -41,8 +41,8 @@ def check_fits(lm: LoadedModel, tokens: int, reserve: int) -> None:
         raise DocumentTooLong(
             f"The document is {tokens:,} tokens; with this model kvqa reads at most {limit:,} "
             f"({lm.context_length:,} of context, {reserve:,} kept for the question and answer). "
-            f"Shorten it by about {tokens - limit:,} tokens, or use a model with a longer context."
-        )
+            f"Shorten it by about {tokens - limit:,} tokens, or use a model with a longer context.",
+            tokens=tokens, limit=limit)
 
 
 def prefill(
@@ -71,8 +71,7 @@ def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[C
         raise DocumentTooLong(
             f"The document is {len(document.text):,} characters, far more than this model reads "
             f"({lm.context_length:,} tokens, roughly {4 * lm.context_length:,} characters of English). "
-            "Load a shorter document or the part you need."
-        )
+            "Load a shorter document or the part you need.", limit=lm.context_length - config.reserve_tokens)
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
     check_fits(lm, len(ids), config.reserve_tokens)
@@ -147,15 +146,17 @@ def stream(
     should_stop: Callable[[], bool] | None = None,
     repeat_stop: int = 0,
     draft: int = 0,
+    history: Sequence[tuple[str, str]] = (),
 ) -> AnswerStream:
-    """Answer from the prefilled cache, streaming; the cache is left as it was. should_stop() is checked before each
+    """Answer from the prefilled cache, streaming; the cache is left as it was. history: earlier (question, answer)
+    turns the question follows up on, read after the document (and, like the question, never kept in its cache). should_stop() is checked before each
     new token; when it says so the answer ends with stop_reason "stopped". repeat_stop, draft: see decode_n_tokens.
     The Answer carries the passages it relies on. Bad questions raise here, at once."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
                             f"(the room kept after this document): got {max_new_tokens}.")
-    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens)
+    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history)
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
     return AnswerStream(with_sources(pieces, doc.document, question))
@@ -191,6 +192,7 @@ def stream_without_cache(
     repeat_stop: int = 0,
     draft: int = 0,
     same_schedule: bool = False,
+    history: Sequence[tuple[str, str]] = (),
 ) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
@@ -198,7 +200,7 @@ def stream_without_cache(
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
     prefix = prompt.prefix_ids(document.text)
-    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens)
+    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history)
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
@@ -426,18 +428,24 @@ class LocalEngine:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+               should_stop: Callable[[], bool] | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, temperature=self.config.temperature,
                       seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop,
-                      draft=self.config.draft_tokens)
+                      draft=self.config.draft_tokens, history=history)
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
-                             max_new_tokens: int | None = None,
-                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
+                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,
                                     max_new_tokens=max_new_tokens, temperature=self.config.temperature,
                                     seed=self.config.seed, should_stop=should_stop,
-                                    repeat_stop=self.config.repeat_stop, draft=self.config.draft_tokens)
+                                    repeat_stop=self.config.repeat_stop, draft=self.config.draft_tokens,
+                                    history=history)
+
+    def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
+        """How many of the latest turns of `history` fit before the question in the room the cache keeps."""
+        return doc.prompt.remembered(history, question, limit=doc.max_question_tokens)[0]
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0

@@ -10,7 +10,7 @@ answers cross as they are produced: the GPU functions are generators whose last 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 
 from ..cache import bytes_per_token
 from ..config import Config
@@ -44,22 +44,22 @@ def _prefill_on_gpu(document: Document, config: Config,
     yield _to(doc, "cpu")
 
 
-def _stream_on_gpu(doc: PrefilledDocument, question: str, config: Config,
-                   max_new_tokens: int | None) -> Generator[str | Answer, None, None]:
+def _stream_on_gpu(doc: PrefilledDocument, question: str, config: Config, max_new_tokens: int | None,
+                   history: tuple = ()) -> Generator[str | Answer, None, None]:
     lm = load_model(config)
     doc = _to(doc, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, temperature=config.temperature, seed=config.seed,
-                    repeat_stop=config.repeat_stop, draft=config.draft_tokens)
+                    repeat_stop=config.repeat_stop, draft=config.draft_tokens, history=history)
     yield from pieces
     yield pieces.answer
 
 
 def _answer_without_cache_on_gpu(document: Document, question: str, config: Config, prompt: ChatPrompt,
-                                 max_new_tokens: int | None) -> Answer:
+                                 max_new_tokens: int | None, history: tuple = ()) -> Answer:
     lm = load_model(config)
     return stream_without_cache(lm, document, question, config=config, prompt=prompt, max_new_tokens=max_new_tokens,
                                 temperature=config.temperature, seed=config.seed, repeat_stop=config.repeat_stop,
-                                draft=config.draft_tokens).answer
+                                draft=config.draft_tokens, history=history).answer
 
 
 def _to(doc: PrefilledDocument, device) -> PrefilledDocument:
@@ -105,12 +105,15 @@ class ZeroGPUEngine:
         raise RuntimeError("the ZeroGPU prefill returned no document")
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
-        question_tokens = len(doc.prompt.question_ids(question, limit=doc.max_question_tokens))  # fail here, not there
-        return AnswerStream(self._pieces(doc, question, question_tokens, max_new_tokens, should_stop))
+               should_stop: Callable[[], bool] | None = None, history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        history = tuple(history)
+        question_tokens = len(doc.prompt.question_ids(question, limit=doc.max_question_tokens,
+                                                      history=history))  # fail here, not on the GPU
+        return AnswerStream(self._pieces(doc, question, question_tokens, max_new_tokens, should_stop, history))
 
-    def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop) -> Generator[str, None, Answer]:
-        events = self._stream_on_gpu(doc, question, self.config, max_new_tokens)
+    def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop,
+                history) -> Generator[str, None, Answer]:
+        events = self._stream_on_gpu(doc, question, self.config, max_new_tokens, history)
         started, first, text = time.perf_counter(), None, ""
         try:
             for event in events:
@@ -131,13 +134,15 @@ class ZeroGPUEngine:
                 close()
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
-                             max_new_tokens: int | None = None,
-                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
+                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         prompt = prompt or ChatPrompt.for_tokenizer(self.local.lm.tokenizer)
-        prompt.question_ids(question, limit=self.config.max_question_tokens)
+        history = tuple(history)
+        prompt.question_ids(question, limit=self.config.max_question_tokens, history=history)
 
         def pieces() -> Generator[str, None, Answer]:
-            answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt, max_new_tokens)
+            answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt, max_new_tokens,
+                                                       history)
             yield answer.text
             return answer
 
@@ -145,6 +150,9 @@ class ZeroGPUEngine:
 
     def count_tokens(self, text: str) -> int:
         return self.local.count_tokens(text)
+
+    def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
+        return self.local.remembered(doc, history, question)
 
 
 def _gpu_dtype(config: Config):

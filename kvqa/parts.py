@@ -1,0 +1,139 @@
+"""Documents longer than the model reads: read the part that fits, say which, and let the user choose another.
+
+A PDF is cut at page boundaries, text at paragraph (or line) boundaries; parts are named in pages or characters.
+Nothing is truncated silently: a Document holding a part carries a Part, and parts.notice() says what was read.
+Token counts come from counting each page or paragraph once; only the chosen part's prompt is tokenized again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from .documents import PAGE_BREAK, Document, Part
+from .errors import DocumentError, DocumentTooLong
+from .results import PrefilledDocument
+
+MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
+RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
+
+
+def unit_name(document: Document) -> str:
+    return "pages" if document.page_starts else "characters"
+
+
+def parse_range(text: str, document: Document) -> tuple[int, int]:
+    """'14-27', '14', '14-' (to the end) or '-27' -> (first, last) within the document, 1-based and inclusive;
+    raises DocumentError with what to type when it is not a range of this document's pages or characters."""
+    unit = unit_name(document)
+    total = len(document.page_starts) if document.page_starts else len(document.text)
+    m = re.fullmatch(r"\s*([\d,]*)\s*(?:[-–—]\s*([\d,]*))?\s*", text or "")
+    if not m or not (m.group(1) or m.group(2)):
+        raise DocumentError(f"'{text}' is not a range of {unit}: type it like 14-27 (or 14- to read to the end).")
+    first = int(m.group(1).replace(",", "")) if m.group(1).replace(",", "") else 1
+    dash = m.group(2) is not None or "-" in text
+    last_text = (m.group(2) or "").replace(",", "")
+    last = int(last_text) if last_text else (total if dash else first)
+    if not 1 <= first <= last <= total:
+        raise DocumentError(f"{document.name} has {total:,} {unit}: choose {unit} between 1 and {total:,}, "
+                            f"the first no later than the last (got '{text.strip()}').")
+    return first, last
+
+
+def select(document: Document, first: int, last: int) -> Document:
+    """The document's pages (PDF) or characters (text) first..last, 1-based and inclusive, as a Document."""
+    if document.page_starts:
+        starts = document.page_starts
+        end = starts[last] if last < len(starts) else len(document.text)
+        text = document.text[starts[first - 1]: end].lstrip("\n")
+        part = Part("pages", first, last, len(starts))
+    else:
+        text = document.text[first - 1: last]
+        part = Part("characters", first, last, len(document.text))
+    if first == 1 and part.last == part.total:
+        return document
+    return replace(document, text=text, page_starts=(), part=part)
+
+
+def units(document: Document, first: int, last: int) -> list[tuple[int, int]]:
+    """The (first, last) spans, in the document's unit, that a part may end after: each page of a PDF, each
+    paragraph of a text (long ones cut at line ends or every MAX_UNIT_CHARS characters)."""
+    if document.page_starts:
+        return [(n, n) for n in range(first, last + 1)]
+    spans, pos = [], first - 1
+    text = document.text[:last]
+    for m in re.finditer(r"\n\s*\n", text[first - 1:]):
+        end = first - 1 + m.end()
+        spans += _cut(text, pos, end)
+        pos = end
+    spans += _cut(text, pos, last)
+    return [(a + 1, b) for a, b in spans if b > a]
+
+
+def _cut(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """[start, end) as spans of at most MAX_UNIT_CHARS, cut after a line end where there is one."""
+    spans = []
+    while end - start > MAX_UNIT_CHARS:
+        newline = text.rfind("\n", start + 1, start + MAX_UNIT_CHARS)
+        cut = newline + 1 if newline > start else start + MAX_UNIT_CHARS
+        spans.append((start, cut))
+        start = cut
+    return spans + [(start, end)]
+
+
+def span_text(document: Document, span: tuple[int, int]) -> str:
+    first, last = span
+    return select(document, first, last).text
+
+
+def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens: Callable[[str], int],
+                 document: Document, *, first: int | None = None, last: int | None = None) -> PrefilledDocument:
+    """Prefill the document, or its pages/characters first..last when given; when that does not fit the model's
+    context, the longest run of whole pages (or paragraphs) from its start that does. The PrefilledDocument's
+    document then carries a Part. Raises DocumentTooLong only when not even one page or paragraph fits."""
+    whole = (1, len(document.page_starts) if document.page_starts else len(document.text))
+    first, last = first or whole[0], last or whole[1]
+    chosen = select(document, first, last)
+    try:
+        return prefill(chosen)
+    except DocumentTooLong as error:
+        if error.limit is None:  # the memory budget refused it, not the context: no part is chosen for the user
+            raise
+        too_long = error
+    spans = units(document, first, last)
+    counts = [count_tokens(span_text(document, s)) for s in spans]
+    overhead = max(too_long.tokens - sum(counts), 0) if too_long.tokens else 64  # instructions, template, date
+    room, used, take = too_long.limit - overhead, 0, 0
+    while take < len(spans) and used + counts[take] <= room:
+        used, take = used + counts[take], take + 1
+    for _ in range(RETRIES):
+        if take == 0:
+            break
+        part = select(document, first, spans[take - 1][1])
+        try:
+            return prefill(part)
+        except DocumentTooLong as error:
+            if error.limit is None:
+                raise
+            take -= 1
+    unit = unit_name(document)
+    raise DocumentTooLong(f"Not even the first {'page' if unit == 'pages' else 'paragraph'} of this part fits the "
+                          f"model ({too_long.limit:,} tokens): choose fewer {unit}, or a model with a longer context.",
+                          tokens=too_long.tokens, limit=too_long.limit)
+
+
+def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None) -> str | None:
+    """What was read, when it is not the whole document: 'Read pages 1-13 of 36 ...'. asked: the range the user
+    chose, if any (then a part that is all of it is not news beyond naming it)."""
+    part = document.part
+    if part is None:
+        return None
+    choose = "pages" if part.unit == "pages" else "a range of characters"
+    if asked is not None and (part.first, part.last) == tuple(asked):
+        return f"Read {part} of {source.name}, as chosen."
+    return (f"Read {part} of {source.name}: that is what fits this model's context. Choose {choose} to read "
+            "another part.")
+
+
+__all__ = ["PAGE_BREAK", "notice", "parse_range", "prefill_part", "select", "units"]
