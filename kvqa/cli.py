@@ -46,14 +46,31 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from .documents import decode_text, document_from_text, load_document
+    from .documents import combine, decode_text, document_from_text, load_documents
     from .engines import make_engine
+    from .parts import notice, parse_range, prefill_part, select
 
     config = config_from(args)
-    if args.doc == "-":
-        document = document_from_text(decode_text(sys.stdin.buffer.read(), name="standard input"), name="stdin")
-    else:
-        document = load_document(args.doc, config=config)
+    documents, problems = [], []
+    for doc in args.doc:
+        if doc == "-":
+            documents.append(document_from_text(decode_text(sys.stdin.buffer.read(), name="standard input"),
+                                                name="stdin"))
+        else:
+            loaded, failed = load_documents([doc], config=config)
+            documents, problems = documents + loaded, problems + failed
+    if problems and not documents:
+        raise KvqaError(problems[0] if len(problems) == 1 else "No file could be read: " + " ".join(problems))
+    for problem in problems:  # the others are still read
+        print(f"kvqa: skipped: {problem}", file=sys.stderr)
+    document = combine(documents)
+    if args.pages and args.chars:
+        raise KvqaError("Give --pages or --chars, not both.")
+    if args.pages and not document.page_starts:
+        raise KvqaError("--pages is for a single PDF; use --chars for text (or several files).")
+    if args.chars and document.page_starts:
+        raise KvqaError("--chars is for text; use --pages for a PDF.")
+    part = parse_range(args.pages or args.chars, document) if args.pages or args.chars else None
     questions = args.question
     for q in questions:  # checked again when answering; here so that it fails before the model loads
         if not q.strip():
@@ -67,10 +84,24 @@ def _ask(args: argparse.Namespace) -> int:
     result = {"model": info.model, "engine": info.kind, "dtype": info.dtype,
               "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
               "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "answers": []}
-    if args.no_cache:
-        run = lambda q: engine.stream_without_cache(document, q)
+    if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
+        read = select(document, *part) if part else document
     else:
-        doc = engine.prefill(document, progress=lambda f: say(f"\rprefill {f:4.0%}", end=""))
+        progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
+        doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
+                           first=part[0] if part else None, last=part[1] if part else None)
+        read = doc.document  # the document, or the part of it that fits the model
+    said = notice(read, document, asked=part)
+    if said:
+        print(f"kvqa: {said}", file=sys.stderr)
+    if read.part is not None:
+        key = "pages" if read.part.unit == "pages" else "chars"
+        result.update({f"{key}_read": [read.part.first, read.part.last], f"{key}_total": read.part.total})
+    elif document.page_starts:
+        result.update(pages_read=[1, len(document.page_starts)], pages_total=len(document.page_starts))
+    if args.no_cache:
+        run = lambda q: engine.stream_without_cache(read, q)
+    else:
         say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
             f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
         result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes)
@@ -146,7 +177,10 @@ def _parser() -> argparse.ArgumentParser:
                                      "the document is read by the model once.")
     commands = parser.add_subparsers(dest="command")
     ask = commands.add_parser("ask", help="answer questions about a document")
-    ask.add_argument("doc", metavar="DOC", help="a .pdf, .txt or .md file, or - to read text from stdin")
+    ask.add_argument("doc", metavar="DOC", nargs="+", help="a .pdf, .txt or .md file, or - to read text from "
+                     "stdin; several are read as one document, each named")
+    ask.add_argument("--pages", help="a PDF's pages to read, like 14-27 (default: all, or the first that fit)")
+    ask.add_argument("--chars", help="a text's characters to read, like 1-40000 (default: all, or the first that fit)")
     ask.add_argument("-q", "--question", action="append", required=True, help="a question (repeat for more)")
     _add_model_flags(ask)
     ask.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 256)")

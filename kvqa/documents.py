@@ -6,6 +6,7 @@ import codecs
 import io
 import time
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,30 @@ def document_from_text(text: str, *, name: str = "pasted text") -> Document:
     if not text.strip():
         raise DocumentError("The document is empty (or only whitespace): paste or upload some text.")
     return Document(name=name, text=text)
+
+
+def combine(documents: Sequence[Document]) -> Document:
+    """Several documents read as one (one prefill): each headed by its name, so answers can say where they come
+    from. A single document is returned as it is."""
+    if not documents:
+        raise DocumentError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+    if len(documents) == 1:
+        return documents[0]
+    n = len(documents)
+    text = "\n\n".join(f"=== File {i} of {n}: {d.name} ===\n{d.text}" for i, d in enumerate(documents, start=1))
+    return Document(name=" + ".join(d.name for d in documents), text=text)
+
+
+def load_documents(paths: Sequence[str | Path], *, config: Config = Config()) -> tuple[list[Document], list[str]]:
+    """Each file read on its own: (the documents that loaded, one message per file that did not, naming it)."""
+    documents, problems = [], []
+    for path in paths:
+        try:
+            documents.append(load_document(path, config=config))
+        except DocumentError as e:
+            name = Path(path).name
+            problems.append(str(e) if name in str(e) else f"{name}: {e}")
+    return documents, problems
 
 
 def load_document(path: str | Path, *, config: Config = Config()) -> Document:
