@@ -19,6 +19,8 @@ from pathlib import Path
 import gradio as gr
 
 from kvqa import KvqaError, QuestionError, document_from_text, load_document
+from kvqa.documents import combine, load_documents
+from kvqa.parts import parse_range, unit_name
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.engines import Engine, make_engine
@@ -33,14 +35,15 @@ SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
 STOP_NOTES = {"stopped": " · stopped", "repeating": " · stopped: it began repeating itself"}
 
 
-def latency_line(timings, *, stop_reason: str = "eos") -> str:
+def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0) -> str:
     t = timings
     drafted = ""
     if t.drafted_tokens:
         speedup = f", ~{t.draft_speedup:.1f}x" if t.draft_speedup else ""
         drafted = f" · drafting: {t.drafted_per_step:.2f} tokens kept per step{speedup}"
+    after = f" · read after {follows} earlier turn{'s' * (follows != 1)}" if follows else ""
     return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{STOP_NOTES.get(stop_reason, '')}</sub>")
+            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{STOP_NOTES.get(stop_reason, '')}{after}</sub>")
 
 
 def sources_block(sources) -> str:
@@ -57,11 +60,12 @@ def sources_block(sources) -> str:
 
 
 def chat_messages(session: Session | None) -> list[dict]:
+    """The current conversation (since "New conversation"); every turn stays in the latency table."""
     messages = []
-    for turn in (session.turns if session else []):
+    for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources)
-                         + latency_line(turn.timings, stop_reason=turn.stop_reason)})
+                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows)})
     return messages
 
 
@@ -195,8 +199,9 @@ class KvqaApp:
             return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
         pages = f", {session.document.pages} pages" if session.document.pages else ""
         note = " (already loaded: not read again)" if reused else ""
+        part = f"**{session.notice}**\n\n" if session.notice else ""
         return (
-            f"**{session.document.name}**{pages}{note}\n\n"
+            f"**{session.document.name}**{pages}{note}\n\n{part}"
             f"- model: {info.model} on {info.device} ({info.dtype})\n"
             f"- document tokens: **{doc.tokens:,}**\n"
             f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
@@ -214,21 +219,30 @@ class KvqaApp:
 
     # ---- handlers
 
-    def document_from(self, file: str | None, text: str | None):
-        """The document a client sent: an uploaded file (nothing else on the server is read) or pasted text."""
-        if file:
-            return load_document(uploaded_file(file), config=self.config)
+    def document_from(self, files, text: str | None):
+        """The document a client sent: uploaded files (nothing else on the server is read) and/or pasted text, as
+        one document. A file that cannot be read is named in a warning and the others are read; if none can, the
+        error says why and nothing changes."""
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
+        documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config)
         if text and text.strip():
             if len(text) > self.config.max_file_bytes:
                 raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is "
                                 f"{self.config.max_file_bytes:,}. Paste the part you need.")
-            return document_from_text(text)
-        raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+            documents.append(document_from_text(text))
+        if problems and not documents:
+            raise KvqaError(problems[0] if len(problems) == 1 else "No file could be read. " + " ".join(problems))
+        if not documents:
+            raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+        for problem in problems:
+            gr.Warning(f"Skipped: {problem} The other files were read.")
+        return combine(documents)
 
-    def read(self, document, session, request, progress) -> tuple[Session, bool]:
+    def read(self, document, session, request, progress, *, part=None) -> tuple[Session, bool]:
         session = self.new_session(session, request)
         progress(0, desc="Reading the document")
-        changed = session.load(document, progress=lambda f: progress(f, desc="Reading the document (prefill)"))
+        changed = session.load(document, part=part,
+                               progress=lambda f: progress(f, desc="Reading the document (prefill)"))
         return session, changed
 
     def show_read(self, get_document, session, request, progress) -> dict:
@@ -236,22 +250,57 @@ class KvqaApp:
             session, changed = self.read(get_document(), session, request, progress)
         except KvqaError as e:
             return warn(e)
-        return self.panels(session, reused=not changed)
+        return self.panels(session, reused=not changed) | self.part_box(session)
+
+    def part_box(self, session: Session | None) -> dict:
+        """The part control, labelled in pages for a PDF and characters for text, showing what was read."""
+        source = session.source if session else None
+        if source is None:
+            return {}
+        part = session.document.part
+        value = f"{part.first}-{part.last}" if part else ""
+        total = len(source.page_starts) if source.page_starts else len(source.text)
+        return {self.part: gr.update(label=f"Part to read ({unit_name(source)}, 1-{total:,})", value=value)}
 
     def on_upload(self, file, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read an uploaded file once; show its figures."""
         return self.show_read(lambda: self.document_from(file, None), session, request, progress)
 
-    def on_paste(self, text, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
-        """UI: read pasted text once."""
-        return self.show_read(lambda: self.document_from(None, text), session, request, progress)
+    def on_paste(self, text, session, files=None, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: read pasted text once (with the uploaded files, if any, as one document)."""
+        return self.show_read(lambda: self.document_from(files, text), session, request, progress)
+
+    def on_part(self, text, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: read another part of the loaded document (pages of a PDF, characters of a text)."""
+        if session is None or session.source is None:
+            return warn(KvqaError("Load a document first, then choose which part of it to read."))
+        try:
+            part = parse_range(text, session.source)
+            session, changed = self.read(session.source, session, request, progress, part=part)
+        except KvqaError as e:
+            return warn(e)
+        return self.panels(session, reused=not changed) | self.part_box(session)
+
+    @staticmethod
+    def on_remember(remember, session) -> None:
+        """UI: follow-up questions on or off (off: every question is read after the document alone)."""
+        if session is not None:
+            session.remember = bool(remember)
+
+    def on_new_conversation(self, session) -> dict:
+        """UI: start a new conversation on the same document, without reading it again."""
+        if session is not None:
+            session.new_conversation()
+        return {self.chat: chat_messages(session)}
 
     def on_sample(self, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
         return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, request, progress)
 
-    def on_ask(self, question, session, baseline, progress=gr.Progress()):
+    def on_ask(self, question, session, baseline, remember=False, progress=gr.Progress()):
         """UI: stream the answer into the chat, then its latency."""
+        if session is not None:
+            session.remember = bool(remember)
         if session is None:
             yield warn(QuestionError("No document is loaded yet: upload a file, paste text, or load the sample "
                                      "first."))
@@ -278,24 +327,29 @@ class KvqaApp:
         if session is not None:
             session.stop()
 
-    def api_prefill(self, file: str | None = None, text: str | None = None, session=None,
+    def api_prefill(self, file: str | None = None, text: str | None = None, part: str | None = None, session=None,
                     request: gr.Request = None, progress=gr.Progress()) -> dict:
-        """API: read a document (`text` for pasted text, `file` for an upload); returns the prefill figures."""
+        """API: read a document (`text` for pasted text, `file` for an upload; `part`: pages of a PDF or characters
+        of a text to read, like "14-27"); returns the prefill figures and, when only part of it was read, which."""
         try:
-            session, changed = self.read(self.document_from(file, text), session, request, progress)
+            document = self.document_from(file, text)
+            session, changed = self.read(document, session, request, progress,
+                                         part=parse_range(part, document) if part and part.strip() else None)
         except KvqaError as e:
             raise gr.Error(str(e), print_exception=False) from None
         doc = session.prefilled
         return {self.api_status: (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: "
                                   f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
-                                  f"cache {doc.cache_bytes} bytes"),
+                                  f"cache {doc.cache_bytes} bytes" + (f". {session.notice}" if session.notice else "")),
                 self.state: session}
 
-    def api_ask(self, question: str, session=None):
+    def api_ask(self, question: str, remember: bool = False, session=None):
         """API: answer a question about this client's document, streaming: each update is the answer so far, the last
-        one the whole answer (client.predict returns it; client.submit iterates the updates)."""
+        one the whole answer (client.predict returns it; client.submit iterates the updates). remember=True reads the
+        question after this client's earlier remembered questions and answers (a follow-up)."""
         if session is None:
             raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
+        session.remember = bool(remember)
         try:
             with session.ask(question) as pieces:
                 text = ""
@@ -333,13 +387,18 @@ class KvqaApp:
             promise = gr.Markdown(elem_id="promise")
             with gr.Row():
                 with gr.Column(scale=2):
-                    upload = gr.File(label="Upload a PDF, .txt or .md", file_types=[".pdf", ".txt", ".md"],
-                                     type="filepath", elem_id="upload")
+                    upload = gr.File(label="Upload PDF, .txt or .md files (several are read as one document)",
+                                     file_types=[".pdf", ".txt", ".md"], type="filepath", file_count="multiple",
+                                     elem_id="upload")
                     pasted = gr.Textbox(label="…or paste text", lines=5, max_lines=12, elem_id="paste")
                     with gr.Row():
-                        read_btn = gr.Button("Read pasted text", elem_id="read")
+                        read_btn = gr.Button("Read pasted text (with the files above)", elem_id="read")
                         sample_btn = gr.Button("Load the sample", elem_id="sample")
                     self.status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
+                    with gr.Row():
+                        self.part = gr.Textbox(label="Part to read (pages of a PDF, characters of a text)",
+                                               placeholder="e.g. 14-27", scale=3, elem_id="part")
+                        part_btn = gr.Button("Read this part", scale=1, elem_id="read-part")
                     gr.Markdown(
                         f"<sub>Limits: files up to {config.max_file_mb:g} MB; documents up to the model's context "
                         f"less {config.reserve_tokens} tokens for question and answer; PDFs up to "
@@ -354,6 +413,10 @@ class KvqaApp:
                                                    "Enter", show_label=False, scale=5, elem_id="question")
                         ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="ask")
                         stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop")
+                    with gr.Row():
+                        remember_box = gr.Checkbox(label="Remember this conversation (follow-up questions)",
+                                                   elem_id="remember")
+                        new_btn = gr.Button("New conversation", size="sm", elem_id="new-conversation")
                     baseline_box = gr.Checkbox(label="Also answer without the cache (measures the real speedup; "
                                                "slow)", elem_id="baseline")
             with gr.Accordion("Latency: one prefill against every answer", open=True):
@@ -366,24 +429,31 @@ class KvqaApp:
                 self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
 
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot]
-            upload.upload(self.on_upload, [upload, self.state], shown, api_visibility="private")
-            read_btn.click(self.on_paste, [pasted, self.state], shown, api_visibility="private")
-            sample_btn.click(self.on_sample, [self.state], shown, api_visibility="private")
+            upload.upload(self.on_upload, [upload, self.state], shown + [self.part], api_visibility="private")
+            read_btn.click(self.on_paste, [pasted, self.state, upload], shown + [self.part], api_visibility="private")
+            sample_btn.click(self.on_sample, [self.state], shown + [self.part], api_visibility="private")
+            for trigger in (part_btn.click, self.part.submit):
+                trigger(self.on_part, [self.part, self.state], shown + [self.part], api_visibility="private")
             for trigger in (ask_btn.click, self.question.submit):
-                trigger(self.on_ask, [self.question, self.state, baseline_box], shown + [self.question],
-                        api_visibility="private")
+                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box],
+                        shown + [self.question], api_visibility="private")
+            remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
+                                api_visibility="private")
+            new_btn.click(self.on_new_conversation, [self.state], [self.chat], queue=False,
+                          api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
             demo.load(self.promise, None, promise, api_visibility="private")
 
             # the gradio_client API: each client is its own session
             with gr.Row(visible=False):
-                api_file, api_text, api_question = gr.File(), gr.Textbox(), gr.Textbox()
+                api_file, api_text, api_part, api_question = gr.File(), gr.Textbox(), gr.Textbox(), gr.Textbox()
+                api_remember = gr.Checkbox()
                 self.api_status, self.api_answer = gr.Textbox(), gr.Textbox()
                 api_sources = gr.JSON()
                 api_prefill_btn, api_ask_btn, api_sources_btn = gr.Button(), gr.Button(), gr.Button()
-            api_prefill_btn.click(self.api_prefill, [api_file, api_text, self.state], [self.api_status, self.state],
-                                  api_name="prefill")
-            api_ask_btn.click(self.api_ask, [api_question, self.state], [self.api_answer, self.state],
+            api_prefill_btn.click(self.api_prefill, [api_file, api_text, api_part, self.state],
+                                  [self.api_status, self.state], api_name="prefill")
+            api_ask_btn.click(self.api_ask, [api_question, api_remember, self.state], [self.api_answer, self.state],
                               api_name="ask")
             api_sources_btn.click(self.api_sources, [self.state], [api_sources], api_name="sources")
         return demo

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from .documents import PAGE_BREAK, Document, Part
 from .errors import DocumentError, DocumentTooLong
+from .prompt import system_text
 from .results import PrefilledDocument
 
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
@@ -102,11 +103,16 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
             raise
         too_long = error
     spans = units(document, first, last)
-    counts = [count_tokens(span_text(document, s)) for s in spans]
-    overhead = max(too_long.tokens - sum(counts), 0) if too_long.tokens else 64  # instructions, template, date
+    if too_long.tokens:  # the prompt around the document: instructions, template, date line
+        overhead = max(too_long.tokens - sum(count_tokens(span_text(document, s)) for s in spans), 0)
+    else:  # refused unread (far too long): count only the units that may fit
+        overhead = count_tokens(system_text("")) + 32
     room, used, take = too_long.limit - overhead, 0, 0
-    while take < len(spans) and used + counts[take] <= room:
-        used, take = used + counts[take], take + 1
+    while take < len(spans):
+        used += count_tokens(span_text(document, spans[take]))
+        if used > room:
+            break
+        take += 1
     for _ in range(RETRIES):
         if take == 0:
             break

@@ -88,11 +88,15 @@ class Session:
         """Forget the conversation (follow-ups start again from the document alone); the document stays read."""
         self._conversation_start = len(self.turns)
 
+    def conversation(self) -> list[Turn]:
+        """The turns since the last new_conversation(), oldest first."""
+        return self.turns[self._conversation_start:]
+
     def history(self) -> list[tuple[str, str]]:
         """The current conversation's (question, answer) turns, oldest first; empty unless remember is on."""
         if not self.remember:
             return []
-        return [(t.question, t.answer) for t in self.turns[self._conversation_start:] if not t.stopped]
+        return [(t.question, t.answer) for t in self.conversation() if not t.stopped]
 
     def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
             on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:

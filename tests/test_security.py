@@ -44,9 +44,13 @@ def secret(tmp_path):
 @pytest.fixture
 def reads(monkeypatch):
     """Every document the app reads, by path (the server runs in this process)."""
+    import kvqa.documents
+
     seen = []
-    real = app.load_document
-    monkeypatch.setattr(app, "load_document", lambda path, **kw: seen.append(str(path)) or real(path, **kw))
+    real = kvqa.documents.load_document
+    spy = lambda path, **kw: seen.append(str(path)) or real(path, **kw)  # noqa: E731
+    monkeypatch.setattr(app, "load_document", spy)
+    monkeypatch.setattr(kvqa.documents, "load_document", spy)  # what load_documents() calls for uploads
     return seen
 
 
