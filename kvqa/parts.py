@@ -57,27 +57,27 @@ def select(document: Document, first: int, last: int) -> Document:
     return replace(document, text=text, page_starts=(), part=part)
 
 
-def units(document: Document, first: int, last: int) -> list[tuple[int, int]]:
+def units(document: Document, first: int, last: int, *, max_chars: int = MAX_UNIT_CHARS) -> list[tuple[int, int]]:
     """The (first, last) spans, in the document's unit, that a part may end after: each page of a PDF, each
-    paragraph of a text (long ones cut at line ends or every MAX_UNIT_CHARS characters)."""
+    paragraph of a text (long ones cut at line ends or every max_chars characters)."""
     if document.page_starts:
         return [(n, n) for n in range(first, last + 1)]
     spans, pos = [], first - 1
     text = document.text[:last]
     for m in re.finditer(r"\n\s*\n", text[first - 1:]):
         end = first - 1 + m.end()
-        spans += _cut(text, pos, end)
+        spans += _cut(text, pos, end, max_chars)
         pos = end
-    spans += _cut(text, pos, last)
+    spans += _cut(text, pos, last, max_chars)
     return [(a + 1, b) for a, b in spans if b > a]
 
 
-def _cut(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) as spans of at most MAX_UNIT_CHARS, cut after a line end where there is one."""
+def _cut(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+    """[start, end) as spans of at most max_chars, cut after a line end where there is one."""
     spans = []
-    while end - start > MAX_UNIT_CHARS:
-        newline = text.rfind("\n", start + 1, start + MAX_UNIT_CHARS)
-        cut = newline + 1 if newline > start else start + MAX_UNIT_CHARS
+    while end - start > max_chars:
+        newline = text.rfind("\n", start + 1, start + max_chars)
+        cut = newline + 1 if newline > start else start + max_chars
         spans.append((start, cut))
         start = cut
     return spans + [(start, end)]
@@ -102,7 +102,8 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
         if error.limit is None:  # the memory budget refused it, not the context: no part is chosen for the user
             raise
         too_long = error
-    spans = units(document, first, last)
+    # a unit of room / 4 characters fits even at 3 tokens a character (rare CJK in byte-level vocabularies)
+    spans = units(document, first, last, max_chars=max(100, min(MAX_UNIT_CHARS, too_long.limit // 4)))
     if too_long.tokens:  # the prompt around the document: instructions, template, date line
         overhead = max(too_long.tokens - sum(count_tokens(span_text(document, s)) for s in spans), 0)
     else:  # refused unread (far too long): count only the units that may fit

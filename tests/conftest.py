@@ -70,6 +70,21 @@ def tiny_llama3_lm(llama3_tokenizer) -> kvqa.LoadedModel:
     return tiny_llama(llama3_tokenizer, seed=1)
 
 
+def make_pdf(pages: list[str]) -> bytes:
+    """A PDF with one page per text (an empty text: a page with a drawing and no text, like a scan)."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=12)
+    for text in pages:
+        pdf.add_page()
+        if text:
+            pdf.multi_cell(0, 8, text)
+        else:
+            pdf.rect(20, 20, 50, 50)
+    return bytes(pdf.output())
+
+
 def as_upload(path: Path) -> str:
     """A copy of the file where Gradio keeps this server's uploads, as an upload through the browser would leave it."""
     from kvqa.uploads import upload_folder

@@ -5,23 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from fpdf import FPDF
 from pypdf import PdfWriter
 
 import kvqa
+from conftest import make_pdf  # noqa: F401 (test_bad_inputs imports it from here too)
 from kvqa.documents import decode_text
-
-
-def make_pdf(pages: list[str]) -> bytes:
-    pdf = FPDF()
-    pdf.set_font("helvetica", size=12)
-    for text in pages:
-        pdf.add_page()
-        if text:
-            pdf.multi_cell(0, 8, text)
-        else:
-            pdf.rect(20, 20, 50, 50)  # a page with a drawing and no text, like a scan
-    return bytes(pdf.output())
 
 
 def write(tmp_path, name: str, data: bytes):

@@ -1,0 +1,178 @@
+"""Issue 13: documents longer than the context (the part that fits is read and named; any part can be chosen),
+several files as one document, and follow-up questions (exact, and never written into the document's cache)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import app
+import kvqa
+from conftest import as_upload, make_pdf
+from kvqa.cli import main
+from kvqa.engines import LocalEngine
+from kvqa.parts import parse_range, select, units
+from kvqa.session import Session
+
+CONFIG = kvqa.Config(max_question_tokens=160, max_new_tokens=16, chunk_size=256)
+FILLER = "The committee met again and discussed the budget, the roads and the library opening hours at length. "
+
+
+def page_text(n: int) -> str:
+    return f"Page {n} fact: the code word for page {n} is word{n}x. " + FILLER * 3
+
+
+@pytest.fixture(scope="module")
+def small(tiny_lm):
+    """The tiny model with a 1,000-token context: a ten-page PDF does not fit."""
+    return LocalEngine(CONFIG, lm=dataclasses.replace(tiny_lm, context_length=1000))
+
+
+@pytest.fixture(scope="module")
+def long_pdf(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pdf") / "long.pdf"
+    path.write_bytes(make_pdf([page_text(n) for n in range(1, 11)]))
+    return kvqa.load_document(path)
+
+
+def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_pdf):
+    session = Session(small)
+    session.load(long_pdf)
+    part = session.document.part
+    assert part is not None and part.unit == "pages" and part.first == 1 and 1 <= part.last < 10
+    assert session.prefilled.tokens <= 1000 - CONFIG.reserve_tokens
+    assert f"code word for page {part.last} is" in session.document.text
+    assert f"code word for page {part.last + 1} is" not in session.document.text
+    assert session.notice.startswith(f"Read pages 1-{part.last} of 10 of long.pdf") and "another part" in session.notice
+    first_part = part
+
+    session.load(long_pdf, part=(first_part.last + 1, 10))  # the next part, as the user chooses it
+    part = session.document.part
+    assert part.first == first_part.last + 1 and part.last <= 10
+    assert session.document.text.startswith(f"[Page {part.first}]")
+    assert f"code word for page {part.first} is" in session.document.text
+    answer = session.ask("What is the code word?").answer  # the part is answerable: the cache is the part's
+    assert answer.timings.new_tokens > 0 and session.prefilled.cache.length == session.prefilled.tokens
+
+    session.load(long_pdf, part=(3, 3))
+    assert session.notice == "Read pages 3-3 of 10 of long.pdf, as chosen."
+
+
+def test_a_long_text_is_cut_at_a_paragraph_and_a_far_too_long_one_is_read_too(small):
+    text = "\n\n".join(f"Paragraph {n}. " + FILLER * 2 for n in range(60))
+    source = kvqa.document_from_text(text)
+    session = Session(small)
+    session.load(source)
+    part = session.document.part
+    assert part.unit == "characters" and part.first == 1 and part.last < len(text)
+    assert text[part.last - 2: part.last] == "\n\n"  # whole paragraphs
+    assert session.notice.startswith(f"Read characters 1-{part.last:,} of {len(text):,}")
+
+    huge = kvqa.document_from_text(FILLER * 400)  # over 32 characters per token of context: refused unread before
+    session.load(huge)
+    assert session.document.part.last < len(huge.text) and session.prefilled.tokens <= 1000 - CONFIG.reserve_tokens
+
+
+def test_ranges_are_checked_with_messages_that_say_what_to_type(long_pdf):
+    assert parse_range("2-4", long_pdf) == (2, 4) and parse_range("7-", long_pdf) == (7, 10)
+    assert parse_range("5", long_pdf) == (5, 5)
+    for bad, message in (("0-3", "between 1 and 10"), ("4-2", "no later than"), ("pages", "like 14-27"),
+                         ("3-11", "has 10 pages")):
+        with pytest.raises(kvqa.DocumentError, match=message):
+            parse_range(bad, long_pdf)
+    assert select(long_pdf, 1, 10) is long_pdf
+    spans = units(kvqa.document_from_text("a\n\nb" + "c" * 9000), 1, 9004)
+    assert spans[0] == (1, 3) and all(b - a < 4000 for a, b in spans) and spans[-1][1] == 9004
+
+
+def test_cli_pages_and_json(tmp_path, capsys, default_lm):
+    path = tmp_path / "three.pdf"
+    path.write_bytes(make_pdf(["The first page is about apples.", "The second page says the ferry leaves at six.",
+                               "The third page is about pears."]))
+    assert main(["ask", str(path), "--pages", "2-3", "-q", "When does the ferry leave?", "--max-new-tokens", "12",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["pages_read"] == [2, 3] and result["pages_total"] == 3
+    assert "Read pages 2-3 of 3 of three.pdf, as chosen." in err
+    assert main(["ask", str(path), "--chars", "1-5", "-q", "x"]) == 2
+    assert "use --pages" in capsys.readouterr().err
+
+
+def test_several_files_are_one_document_each_named_and_a_bad_one_is_skipped(tmp_path, default_lm):
+    ui = app.kvqa_app
+    (tmp_path / "vault.txt").write_text("\n\n".join(["The vault code is 4417. Nobody else knows it."]
+                                                     + [f"Note {n}: the garden is green." for n in range(8)]))
+    (tmp_path / "ferry.md").write_text("\n\n".join([f"Note {n}: the town hall is old." for n in range(8)]
+                                                    + ["# Timetable\nThe ferry leaves at 6:15 from pier nine."]))
+    (tmp_path / "broken.pdf").write_bytes(b"not a pdf")
+    files = [as_upload(tmp_path / name) for name in ("vault.txt", "broken.pdf", "ferry.md")]
+    with pytest.warns(UserWarning, match="broken.pdf"):
+        shown = ui.on_upload(files, None)
+    session = shown[ui.state]
+    try:
+        assert session.document.name == "vault.txt + ferry.md"
+        text = session.document.text
+        assert "=== File 1 of 2: vault.txt ===" in text and "=== File 2 of 2: ferry.md ===" in text
+        answer = session.ask("When does the ferry leave?").answer
+        ferry_section = text.index("ferry.md ===")
+        assert answer.sources and answer.sources[0].start >= ferry_section  # it comes from the right file
+        assert "6:15" in answer.text
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("which", ["tiny", "smollm2"])
+def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, default_lm):
+    lm = tiny_lm if which == "tiny" else default_lm
+    config = kvqa.Config(max_new_tokens=16, max_question_tokens=200, chunk_size=64)
+    document = kvqa.document_from_text("The museum opens at 9 am. The secret word is pelican. The bridge is 40 m long.")
+    session = Session(LocalEngine(config, lm=lm))
+    session.load(document)
+    before = [(k.clone(), v.clone()) for k, v in session.prefilled.cache.tensors()]
+    session.remember = True
+    first = session.ask("When does the museum open?").answer
+    second = session.ask("And what is the secret word?").answer
+    history = [("When does the museum open?", first.text)]
+    whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,
+                                      prompt=session.prefilled.prompt, history=history)
+    assert second.token_ids == whole.token_ids and session.turns[-1].follows == 1
+    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?")
+    assert alone.timings.question_tokens < second.timings.question_tokens  # the follow-up read the first turn
+    assert session.prefilled.cache.length == session.prefilled.tokens
+    for (k, v), (k0, v0) in zip(session.prefilled.cache.tensors(), before):  # never written into the document's part
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+
+    session.new_conversation()  # the document is not read again; the next question follows nothing
+    prefilled = session.prefilled
+    session.ask("When does the museum open?").answer
+    assert session.turns[-1].follows == 0 and session.prefilled is prefilled and len(session.conversation()) == 1
+    session.remember = False
+    session.ask("Again?").answer
+    assert session.turns[-1].follows == 0
+
+
+def test_a_long_conversation_keeps_the_latest_turns_that_fit(tiny_lm):
+    config = kvqa.Config(max_new_tokens=8, max_question_tokens=60, chunk_size=64)
+    session = Session(LocalEngine(config, lm=tiny_lm))
+    session.load(kvqa.document_from_text("A short document about birds."))
+    session.remember = True
+    for n in range(6):
+        session.ask(f"Question number {n} about the birds?").answer
+    follows = [t.follows for t in session.turns]
+    assert follows[0] == 0 and max(follows) >= 1 and follows[-1] < 5  # older turns were forgotten to fit
+
+
+def test_conversation_ids_match_the_template_in_one_go(tiny_llama3_lm, default_lm):
+    from kvqa.prompt import ChatPrompt, _render_turns, system_text
+
+    for lm in (tiny_llama3_lm, default_lm):
+        prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+        history = [("Who wrote it? ", " Jefferson, mostly.\n"), ("When?", "In 1776.")]
+        rendered = _render_turns(lm.tokenizer, system_text("A document."), [c for t in history for c in t] + ["Why?"],
+                                 prompt.date_string)
+        whole = lm.tokenizer(rendered, add_special_tokens=False)["input_ids"]
+        assert prompt.prefix_ids("A document.") + prompt.conversation_ids(history, "Why?") == whole
