@@ -76,3 +76,18 @@ def test_a_bad_upload_shows_a_warning_and_keeps_the_document(server, page, tmp_p
     page.get_by_text("scan.pdf is named .pdf but is not a PDF").wait_for(timeout=60_000)
     assert "declaration-of-independence.md" in page.locator("#doc-status").inner_text()
     assert page.locator('[data-testid="bot"]').count() == 2
+
+
+def test_choose_a_part_and_follow_up(server, page):
+    """Issue 13, in the same page: read a chosen part of the document, then ask a follow-up with the conversation
+    remembered."""
+    page.locator("#part textarea").fill("1-2000")
+    page.locator("#read-part").click()
+    page.locator("#doc-status").get_by_text("as chosen").wait_for(timeout=120_000)
+    assert "Read characters 1-2,000 of" in page.locator("#doc-status").inner_text()
+    page.locator("#remember input").check()
+    ask(page, "Who holds these truths?", 0)
+    follow_up = ask(page, "And what do they say about governments?", 1)
+    assert "read after 1 earlier turn" in follow_up
+    page.locator("#new-conversation").click()
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"bot\"]').length == 0")

@@ -176,3 +176,18 @@ def test_conversation_ids_match_the_template_in_one_go(tiny_llama3_lm, default_l
                                  prompt.date_string)
         whole = lm.tokenizer(rendered, add_special_tokens=False)["input_ids"]
         assert prompt.prefix_ids("A document.") + prompt.conversation_ids(history, "Why?") == whole
+
+
+def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
+    ui = app.kvqa_app
+    text = "\n\n".join(f"Paragraph {n}: the lamp number {n} is blue." for n in range(40))
+    shown = ui.api_prefill(text=text, part="1-200")
+    session = shown[ui.state]
+    try:
+        assert session.document.part == kvqa.documents.Part("characters", 1, 200, len(text))
+        assert "Read characters 1-200 of" in shown[ui.api_status]
+        with pytest.raises(app.gr.Error, match="like 14-27"):
+            ui.api_prefill(text=text, part="first half", session=session)
+        assert session.document.part.last == 200  # a bad range changes nothing
+    finally:
+        session.close()
