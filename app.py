@@ -14,6 +14,7 @@ import statistics
 import sys
 import threading
 import weakref
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -152,9 +153,11 @@ class KvqaApp:
     """Settings, engine and cache budget, built once; the handlers; and the layout that wires them."""
 
     def __init__(self, config: Config, engine: Engine, *, budget: CacheBudget | None = None,
-                 behind_proxy: bool = False):
+                 behind_proxy: bool = False, models: list[str] | None = None):
         self.config = config
-        self.engine = engine
+        self.engine = engine  # the first model's; others (models) get theirs when first chosen
+        self.models = list(dict.fromkeys([config.model, *(models or [])]))
+        self._engines = {config.model: engine}
         self.behind_proxy = behind_proxy
         self._budget = budget
         self._budget_lock = threading.Lock()
@@ -184,6 +187,31 @@ class KvqaApp:
             mine.add(session)
         return session
 
+    def engine_for(self, model: str) -> Engine:
+        """The engine of one of the offered models, made on first use (its model loads then)."""
+        if model not in self.models:
+            raise KvqaError(f"{model} is not offered here: choose one of {', '.join(self.models)}.")
+        if model not in self._engines:
+            self._engines[model] = make_engine(replace(self.config, model=model, model_reason="chosen in the app"))
+        return self._engines[model]
+
+    def on_model(self, model, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+        """UI: switch model; the document's text is kept and read again by the new model."""
+        try:
+            engine = self.engine_for(model)
+            if session is not None and session.engine is engine:
+                return {}
+            progress(0, desc=f"Loading {model}")
+            engine.load()
+            fresh = Session(engine, self.budget, client=client_of(request, behind_proxy=self.behind_proxy))
+            if session is not None and session.source is not None:
+                fresh.load(session.source, progress=lambda f: progress(f, desc="Reading the document again"))
+        except KvqaError as e:
+            return warn(e)
+        if session is not None:
+            session.close()
+        return self.panels(fresh) | self.part_box(fresh) | {self.promise_box: self.promise(fresh)}
+
     @staticmethod
     def close_session(session: Session | None) -> None:
         if session is not None:
@@ -194,7 +222,7 @@ class KvqaApp:
     def status_markdown(self, session: Session | None, *, reused: bool = False) -> str:
         if session is None or session.document is None:
             return "No document loaded yet."
-        doc, info = session.prefilled, self.engine.info
+        doc, info = session.prefilled, session.engine.info
         if doc is None:
             return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
         pages = f", {session.document.pages} pages" if session.document.pages else ""
@@ -202,7 +230,8 @@ class KvqaApp:
         part = f"**{session.notice}**\n\n" if session.notice else ""
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
-            f"- model: {info.model} on {info.device} ({info.dtype})\n"
+            f"- model: {info.model} on {info.device} ({info.dtype}): "
+            f"{self.config.model_reason if session.engine is self.engine else 'chosen in the app'}\n"
             f"- document tokens: **{doc.tokens:,}**\n"
             f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
             f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} question "
@@ -368,9 +397,9 @@ class KvqaApp:
             raise gr.Error("No answer yet: call /prefill, then /ask, first.", print_exception=False)
         return [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in session.turns[-1].sources]
 
-    def promise(self) -> str:
+    def promise(self, session: Session | None = None) -> str:
         """What the answers are promised to be, for this engine's precision."""
-        info = self.engine.info
+        info = (session.engine if session is not None else self.engine).info
         return f"<sub>{info.model} on {info.device} ({info.dtype}). {info.guarantee}</sub>"
 
     # ---- layout
@@ -384,7 +413,10 @@ class KvqaApp:
                 "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each "
                 "question then costs only its own tokens."
             )
-            promise = gr.Markdown(elem_id="promise")
+            self.promise_box = gr.Markdown(elem_id="promise")
+            if len(self.models) > 1:
+                model_box = gr.Dropdown(self.models, value=self.models[0], label="Model (switching reads the "
+                                        "document again)", elem_id="model")
             with gr.Row():
                 with gr.Column(scale=2):
                     upload = gr.File(label="Upload PDF, .txt or .md files (several are read as one document)",
@@ -442,7 +474,10 @@ class KvqaApp:
             new_btn.click(self.on_new_conversation, [self.state], [self.chat], queue=False,
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
-            demo.load(self.promise, None, promise, api_visibility="private")
+            demo.load(self.promise, None, self.promise_box, api_visibility="private")
+            if len(self.models) > 1:
+                model_box.change(self.on_model, [model_box, self.state], shown + [self.part, self.promise_box],
+                                 api_visibility="private")
 
             # the gradio_client API: each client is its own session
             with gr.Row(visible=False):
@@ -461,9 +496,13 @@ class KvqaApp:
 
 def make_app(environ=os.environ, **overrides) -> KvqaApp:
     """The app for these environment variables and overrides (model=...); the model loads on first use."""
+    models = overrides.pop("models", None) or environ.get("KVQA_MODELS", "")
+    models = [m.strip() for m in models.split(",") if m.strip()]
+    if models and not overrides.get("model") and not environ.get("KVQA_MODEL", "").strip():
+        overrides["model"] = models[0]  # the first offered model is the one loaded first
     config = config_from_env(environ, **overrides)
     behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
-    return KvqaApp(config, make_engine(config, environ), behind_proxy=behind_proxy)
+    return KvqaApp(config, make_engine(config, environ), behind_proxy=behind_proxy, models=models)
 
 
 try:
@@ -489,6 +528,7 @@ def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the kvqa app.")
     parser.add_argument("--model", help="model id or folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
+    parser.add_argument("--models", help="several models to offer in a dropdown, comma-separated (also KVQA_MODELS)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     parser.add_argument("--share", action="store_true", default=os.environ.get("KVQA_SHARE") == "1")
@@ -501,7 +541,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         auth = parse_auth(args.auth)
-        served = make_app(model=args.model) if args.model else kvqa_app
+        served = make_app(model=args.model, models=args.models) if args.model or args.models else kvqa_app
         info = served.engine.load()  # load before serving, so the first user does not wait for it
     except (KvqaError, ValueError) as e:
         raise SystemExit(f"kvqa: {e}") from None

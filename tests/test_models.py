@@ -40,3 +40,41 @@ def test_device_and_dtype_choice_on_a_cpu_machine():
 def test_a_model_that_cannot_be_found_says_what_to_do(tmp_path):
     with pytest.raises(kvqa.ModelError, match="Could not load model"):
         kvqa.load_model(kvqa.Config(model=str(tmp_path / "no-such-model")))
+
+
+def test_model_choice_for_the_machine_without_network():
+    """Issue 13: with no model named, CUDA and hub access (mocked at the boundary) pick Llama 3.2 3B, else the
+    offline default, with a one-line reason."""
+    from kvqa.config import DEFAULT_MODEL, GPU_MODEL, SPACES_DEFAULT_MODEL, choose_model, config_from_env
+
+    calls = []
+
+    def access(ok, why=""):
+        return lambda repo, token: calls.append((repo, token)) or (ok, why)
+
+    assert choose_model({}, cuda=False, hub_access=access(True)) == (
+        DEFAULT_MODEL, "no CUDA GPU here, so the small default model")
+    model, reason = choose_model({}, cuda=True, hub_access=access(True))
+    assert model == DEFAULT_MODEL and "HF_TOKEN is not set" in reason and not calls
+    assert choose_model({"HF_TOKEN": "hf_x"}, cuda=True, hub_access=access(True))[0] == GPU_MODEL
+    assert calls == [(GPU_MODEL, "hf_x")]
+    model, reason = choose_model({"HF_TOKEN": "hf_x", "SPACE_ID": "a/b"}, cuda=True,
+                                 hub_access=access(False, "HF_TOKEN has no access to it"))
+    assert model == SPACES_DEFAULT_MODEL and "no access" in reason
+    config = config_from_env({"KVQA_MODEL": "some/model"})
+    assert (config.model, config.model_reason) == ("some/model", "named by KVQA_MODEL")
+    assert config_from_env({}, model="other/model").model_reason == "named on the command line"
+    assert config_from_env({}).model_reason.startswith("no CUDA GPU")  # this machine
+
+
+def test_hub_access_says_why_offline(monkeypatch):
+    import huggingface_hub
+
+    from kvqa.config import _hub_access
+
+    def offline(repo, token=None):
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub, "auth_check", offline)
+    ok, why = _hub_access("meta-llama/Llama-3.2-3B-Instruct", "hf_x")
+    assert not ok and "cannot be reached" in why

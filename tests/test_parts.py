@@ -191,3 +191,22 @@ def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
         assert session.document.part.last == 200  # a bad range changes nothing
     finally:
         session.close()
+
+
+def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
+    config = kvqa.Config(max_new_tokens=8)
+    ui = app.KvqaApp(config, LocalEngine(config, lm=default_lm), models=["tiny-llama"])
+    ui._engines["tiny-llama"] = LocalEngine(config, lm=tiny_lm)  # offered model, already loaded (no download)
+    ui.build()
+    session = ui.on_paste("The secret word is pelican.", None)[ui.state]
+    shown = ui.on_model("tiny-llama", session)
+    switched = shown[ui.state]
+    try:
+        assert switched is not session and switched.engine is ui._engines["tiny-llama"]
+        assert switched.source.text == session.source.text and switched.prefilled.model_name == "tiny-llama"
+        assert session.prefilled is None  # the old session's cache is freed
+        assert "tiny-llama" in shown[ui.promise_box]
+        with pytest.warns(UserWarning, match="not offered here"):
+            assert ui.on_model("some/other-model", switched) == {}
+    finally:
+        switched.close()
