@@ -432,8 +432,9 @@ class KvqaApp:
                                                placeholder="e.g. 14-27", scale=3, elem_id="part")
                         part_btn = gr.Button("Read this part", scale=1, elem_id="read-part")
                     gr.Markdown(
-                        f"<sub>Limits: files up to {config.max_file_mb:g} MB; documents up to the model's context "
-                        f"less {config.reserve_tokens} tokens for question and answer; PDFs up to "
+                        f"<sub>Limits: files up to {config.max_file_mb:g} MB; the model reads up to its context less "
+                        f"{config.reserve_tokens} tokens for question and answer (a longer document is read in "
+                        f"parts); PDFs up to "
                         f"{config.max_pdf_pages:,} pages; questions up to {config.max_question_tokens} tokens; "
                         f"answers up to {config.max_new_tokens} tokens.</sub>"
                     )
