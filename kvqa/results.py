@@ -80,6 +80,8 @@ class PrefilledDocument:
     model_name: str
     max_question_tokens: int
     max_new_tokens: int
+    cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
+    #                                "memory" (shared with another session); prefill_s is what that took
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
