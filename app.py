@@ -22,7 +22,9 @@ from kvqa import KvqaError, QuestionError, document_from_text, load_document
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.engines import Engine, make_engine
-from kvqa.session import Session, speedup
+from kvqa.session import Session, cache_origin, speedup
+from kvqa.shared import SharedCaches
+from kvqa.store import store_for
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
@@ -156,6 +158,7 @@ class KvqaApp:
         self._budget_lock = threading.Lock()
         self._sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one opens
         self._sessions_lock = threading.Lock()
+        self.shared = SharedCaches()  # sessions that load the same document share its cache
 
     @property
     def budget(self) -> CacheBudget:
@@ -176,7 +179,7 @@ class KvqaApp:
             if sum(1 for s in list(mine) if s.document is not None) >= limit:
                 raise KvqaError(f"Your address already has {limit} documents open in other tabs or clients: close "
                                 "some, or wait for them to expire, then try again.")
-            session = Session(self.engine, self.budget, client=client)
+            session = Session(self.engine, self.budget, client=client, shared=self.shared)
             mine.add(session)
         return session
 
@@ -195,11 +198,12 @@ class KvqaApp:
             return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
         pages = f", {session.document.pages} pages" if session.document.pages else ""
         note = " (already loaded: not read again)" if reused else ""
+        rate = f", {doc.tokens_per_s:,.0f} tokens/s" if session.cache_source == "prefill" else ""
         return (
             f"**{session.document.name}**{pages}{note}\n\n"
             f"- model: {info.model} on {info.device} ({info.dtype})\n"
             f"- document tokens: **{doc.tokens:,}**\n"
-            f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
+            f"- {cache_origin(session)}{rate}\n"
             f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} question "
             f"and answer tokens)\n"
             f"- memory for all sessions' caches: {self.budget.used_bytes / 2**20:,.0f} of "
@@ -258,8 +262,8 @@ class KvqaApp:
             return
         chat_before = chat_messages(session)
         history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it was "
-                                    f"read again ({d.prefill_s:.1f} s).")
+        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it is back "
+                                    f"({cache_origin(session)}).")
         try:
             with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
                              progress=lambda f: progress(f, desc="Reading the document again")) as pieces:
@@ -393,7 +397,7 @@ def make_app(environ=os.environ, **overrides) -> KvqaApp:
     """The app for these environment variables and overrides (model=...); the model loads on first use."""
     config = config_from_env(environ, **overrides)
     behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
-    return KvqaApp(config, make_engine(config, environ), behind_proxy=behind_proxy)
+    return KvqaApp(config, make_engine(config, environ, store=store_for(config)), behind_proxy=behind_proxy)
 
 
 try:

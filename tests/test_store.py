@@ -15,8 +15,7 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.engines import LocalEngine
-from kvqa.engines.stored import cache_key
+from kvqa.engines.stored import StoredLocalEngine, cache_key
 from kvqa.store import FORMAT, KVStore, weights_fingerprint
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
@@ -25,16 +24,16 @@ QUESTIONS = ["What is the code word?", "When does the ferry leave?"]
 MB = 2**20
 
 
-def engine_with_store(lm, folder: Path, *, limit_mb: float = 64, config=CONFIG) -> LocalEngine:
-    return LocalEngine(config, lm=lm, store=KVStore(folder, int(limit_mb * MB)))
+def engine_with_store(lm, folder: Path, *, limit_mb: float = 64, config=CONFIG) -> StoredLocalEngine:
+    return StoredLocalEngine(config, lm=lm, store=KVStore(folder, int(limit_mb * MB)))
 
 
-def stored_file(engine: LocalEngine) -> Path:
+def stored_file(engine: StoredLocalEngine) -> Path:
     (path,) = engine.store.entries()
     return path
 
 
-def prefilled_and_stored(lm, folder: Path) -> tuple[LocalEngine, kvqa.PrefilledDocument]:
+def prefilled_and_stored(lm, folder: Path) -> tuple[StoredLocalEngine, kvqa.PrefilledDocument]:
     engine = engine_with_store(lm, folder)
     doc = engine.prefill(DOC)
     engine.store.flush()
@@ -102,8 +101,8 @@ def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, ca
     other_doc = kvqa.document_from_text("Another document entirely. " * 10)
     engine.prefill(other_doc)
     engine.store.flush()
-    this = engine.store._path(cache_key(tiny_lm, DOC, weights=engine._weights))
-    other = engine.store._path(cache_key(tiny_lm, other_doc, weights=engine._weights))
+    this = engine.store._path(cache_key(tiny_lm, DOC, weights=engine.weights))
+    other = engine.store._path(cache_key(tiny_lm, other_doc, weights=engine.weights))
     os.replace(other, this)
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
@@ -112,7 +111,7 @@ def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, ca
 
 def test_stored_ids_that_differ_from_the_tokenizer_are_a_miss(tiny_lm, tmp_path, caplog):
     engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
-    key = cache_key(tiny_lm, DOC, weights=engine._weights)
+    key = cache_key(tiny_lm, DOC, weights=engine.weights)
     engine.store.write(key, (*doc.ids[:-1], doc.ids[-1] + 1), doc.prompt.date_string, doc.cache.tensors())
     with caplog.at_level(logging.WARNING):
         again = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
@@ -145,7 +144,7 @@ def test_a_truncated_file_is_detected(tiny_lm, tmp_path, keep):
 
 def test_a_foreign_format_version_is_a_miss(tiny_lm, tmp_path, monkeypatch, caplog):
     engine, _ = prefilled_and_stored(tiny_lm, tmp_path)
-    key = cache_key(tiny_lm, DOC, weights=engine._weights)
+    key = cache_key(tiny_lm, DOC, weights=engine.weights)
     import kvqa.store as store
 
     monkeypatch.setattr(store, "FORMAT", FORMAT + 1)  # a newer kvqa wrote it (same file name)
@@ -201,7 +200,7 @@ def test_a_full_disk_leaves_no_partial_file(tiny_lm, tmp_path, monkeypatch, capl
 
     monkeypatch.setattr(os, "fsync", full)
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
-        assert not engine.store.write(cache_key(tiny_lm, DOC, weights=engine._weights), doc.ids,
+        assert not engine.store.write(cache_key(tiny_lm, DOC, weights=engine.weights), doc.ids,
                                       doc.prompt.date_string, doc.cache.tensors())
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert list(tmp_path.iterdir()) == [] and "No space left" in caplog.text
@@ -231,7 +230,7 @@ def test_least_recently_used_files_go_first(tiny_lm, tmp_path):
 
 def test_concurrent_writers_of_one_key_leave_one_whole_file(tiny_lm, tmp_path):
     engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
-    key = cache_key(tiny_lm, DOC, weights=engine._weights)
+    key = cache_key(tiny_lm, DOC, weights=engine.weights)
     stores = [KVStore(tmp_path, 64 * MB) for _ in range(4)]
     threads = [threading.Thread(target=s.write, args=(key, doc.ids, doc.prompt.date_string, doc.cache.tensors()))
                for s in stores for _ in range(2)]
@@ -276,10 +275,10 @@ def test_a_writer_killed_mid_write_leaves_nothing_that_is_read(tmp_path):
 RESTARTED = """
 import json, sys
 import kvqa
-from kvqa.engines import LocalEngine
 from kvqa.store import KVStore
 lm = kvqa.load_model(kvqa.Config())
-engine = LocalEngine(kvqa.Config(max_new_tokens=12, max_question_tokens=64), lm=lm, store=KVStore(sys.argv[1], 2**30))
+engine = kvqa.make_engine(kvqa.Config(max_new_tokens=12, max_question_tokens=64), {}, lm=lm,
+                          store=KVStore(sys.argv[1], 2**30))
 doc = engine.prefill(kvqa.document_from_text(sys.argv[2]))
 engine.store.flush()
 print(json.dumps({"source": doc.cache_source, "answer": engine.stream(doc, "What is the code word?").answer.text}))

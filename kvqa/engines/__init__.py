@@ -34,7 +34,11 @@ def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=
         from .zerogpu import ZeroGPUEngine
 
         return ZeroGPUEngine(config, spaces)
-    return LocalEngine(config, lm=lm, store=store)
+    if store is not None:
+        from .stored import StoredLocalEngine
+
+        return StoredLocalEngine(config, lm=lm, store=store)
+    return LocalEngine(config, lm=lm)
 
 
 def zerogpu_status(environ: Mapping[str, str] | None = None) -> str:

@@ -389,11 +389,9 @@ class LocalEngine:
 
     kind = "local"
 
-    def __init__(self, config: Config, lm: LoadedModel | None = None, *, store=None):
+    def __init__(self, config: Config, lm: LoadedModel | None = None):
         self.config = config
         self._lm = lm
-        self.store = store  # a kvqa.store.KVStore: caches are restored from it and written to it; None: not used
-        self._weights: str | None = None
 
     @property
     def lm(self) -> LoadedModel:
@@ -417,15 +415,7 @@ class LocalEngine:
                           guarantee=guarantee(dtype))
 
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
-        if self.store is None:
-            return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
-        from ..store import weights_fingerprint
-        from .stored import prefill_or_restore
-
-        if self._weights is None:
-            self._weights = weights_fingerprint(self.lm.model)
-        return prefill_or_restore(self.lm, document, self.store, weights=self._weights, config=self.config,
-                                  progress=progress, admit=admit)
+        return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:

@@ -12,9 +12,9 @@ from ..documents import Document
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
 from ..results import PrefilledDocument
-from ..store import CacheKey, KVStore, StoredCache, text_sha256
+from ..store import CacheKey, KVStore, StoredCache, text_sha256, weights_fingerprint
 from ..timing import now
-from .local import check_fits, out_of_memory_as_error, prefill_steps, prefix_of
+from .local import LocalEngine, check_fits, out_of_memory_as_error, prefill_steps, prefix_of
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +71,24 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: C
         prefill_s=now(lm.device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
         max_new_tokens=config.max_new_tokens, cache_source="disk",
     )
+
+
+class StoredLocalEngine(LocalEngine):
+    """The local engine with the disk tier: prefill() restores a document's cache from `store` when it can, and
+    stores what it prefills."""
+
+    def __init__(self, config: Config, lm: LoadedModel | None = None, *, store: KVStore):
+        super().__init__(config, lm=lm)
+        self.store = store
+        self._weights: str | None = None
+
+    @property
+    def weights(self) -> str:
+        """The loaded weights' fingerprint (part of every cache key), computed once."""
+        if self._weights is None:
+            self._weights = weights_fingerprint(self.lm.model)
+        return self._weights
+
+    def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
+        return prefill_or_restore(self.lm, document, self.store, weights=self.weights, config=self.config,
+                                  progress=progress, admit=admit)
