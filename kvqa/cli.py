@@ -183,6 +183,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(default: the sample document)")
     bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "
                        "or a name in kvqa/configs such as llama-3.2-3b) with --model's tokenizer: for timing only")
+    bench.add_argument("--store", action="store_true", help="instead: time restoring each context's cache from the "
+                       "disk tier against prefilling it (try --contexts 1024,4096,7000)")
     bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG of TTFT against context length")
     bench.set_defaults(run=_bench)

@@ -171,3 +171,14 @@ def test_bad_flags_exit_2(args, message, capsys):
 def test_context_longer_than_the_model_is_refused(tiny_lm):
     with pytest.raises(BenchError, match="does not fit"):
         run_bench(tiny_lm, "text", contexts=[4000], questions=QUESTIONS[:1], config=kvqa.Config(), warm_up=False)
+
+
+def test_store_bench_restores_the_same_cache_and_answers(tiny_lm):
+    """Issue 14: `bench --store` rows, on the tiny model."""
+    from kvqa.bench.store import format_store_table, run_store_bench
+
+    rows = run_store_bench(tiny_lm, "The museum opens at nine. Its code word is pelican. " * 20, contexts=[80, 160],
+                           questions=["What is the code word?"], config=kvqa.Config(max_new_tokens=4))
+    assert [r["context_tokens"] <= n for r, n in zip(rows, [80, 160])] == [True, True]
+    assert all(r["same_answers"] and r["same_cache"] and r["restore_s"] > 0 and r["file_bytes"] > 0 for r in rows)
+    assert "prefill/restore" in format_store_table(rows)

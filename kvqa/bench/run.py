@@ -205,6 +205,17 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} ...")
     lm = random_init_model(args.random_init, config) if args.random_init else load_model(config)
     say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
+    if getattr(args, "store", False):
+        from .store import format_store_table, run_store_bench
+
+        rows = run_store_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions], config=config,
+                               say=say)
+        bandwidth = Bandwidth(bytes_per_s=0.0, tensor_bytes=0, runs=0)  # not measured for this job
+        machine = machine_info(lm, bandwidth)
+        print(json.dumps({"machine": machine, "model": lm.name, "store": rows}) if args.json else
+              f"{lm.name} on {machine['device']} ({machine['cpu']}, {machine['cores']} cores, {machine['dtype']}, "
+              f"torch {machine['torch']}), {machine['date']}\n" + format_store_table(rows))
+        return 0
     result = run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions], config=config,
                        document_name=name, say=say)
     if args.json:
