@@ -303,3 +303,18 @@ def test_a_llama3_date_line_from_another_day_is_restored_with_its_date(tiny_llam
     assert restored.cache_source == "disk" and restored.prompt.date_string == "29 Nov 2026"
     assert_same_cache(fresh, restored)
     assert engine.stream(restored, QUESTIONS[0]).answer.token_ids == engine.stream(fresh, QUESTIONS[0]).answer.token_ids
+
+
+def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm, tmp_path, monkeypatch, caplog):
+    import kvqa.engines.stored as stored
+
+    engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("shapes do not fit")
+
+    monkeypatch.setattr(stored, "cache_from_tensors", broken)
+    with caplog.at_level(logging.WARNING, logger="kvqa.engines.stored"):
+        doc = engine.prefill(DOC)
+    assert doc.cache_source == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
+    assert_same_cache(fresh, doc)

@@ -11,7 +11,7 @@ import torch
 
 from ..config import Config
 from ..model import LoadedModel
-from ..prompt import ChatPrompt
+from ..documents import Document
 from ..store import KVStore
 from .report import _mib, _s
 
@@ -33,23 +33,17 @@ def _drop_from_page_cache(path) -> bool:
         os.close(fd)
 
 
-def run_store_bench(lm: LoadedModel, text: str, *, contexts: Sequence[int], questions: Sequence[str],
+def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[int]]], *, questions: Sequence[str],
                     config: Config, say: Callable[[str], None] = lambda message: None) -> list[dict]:
-    """Per context: a fresh prefill (written to a temporary store), then restores from the warm and the cold file;
-    the same questions answered from both caches; the caches compared bit for bit."""
-    from ..engines.stored import StoredLocalEngine
-    from .run import cut_document, long_text
-
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
-    text = long_text(text, lm.tokenizer, max(contexts) + 64)
-    text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    """Per (document, prefix ids), shortest first: a fresh prefill (written to a temporary store), then restores from
+    the warm and the cold file; the same questions answered from both caches; the caches compared bit for bit."""
     from ..engines.local import prefill
+    from ..engines.stored import StoredLocalEngine
 
-    prefill(lm, cut_document(prompt, text_ids, min(contexts), name="warm-up")[0], config=config)  # lazy start-up
+    prefill(lm, documents[0][0], config=config)  # first calls pay for lazy start-up: not part of any row
     rows = []
     with tempfile.TemporaryDirectory(prefix="kvqa-store-bench-") as folder:
-        for n in contexts:
-            document, ids = cut_document(prompt, text_ids, n, name="document")
+        for n, (document, ids) in enumerate(documents):
             store = KVStore(os.path.join(folder, str(n)), 2**40)
             engine = StoredLocalEngine(config, lm=lm, store=store)
             say(f"prefill at {len(ids):,} tokens ...")

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
+from ..errors import KvqaError
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
 from ..results import PrefilledDocument
@@ -37,7 +38,14 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     started = now(lm.device)
     stored = store.get(key, device=lm.device)
     if stored is not None:
-        restored = _restore(lm, document, stored, prompt, ids, config=config, started=started)
+        try:
+            restored = _restore(lm, document, stored, prompt, ids, config=config, started=started)
+        except KvqaError:  # out of memory: the user's message, as a prefill would give it
+            raise
+        except Exception as e:  # a file that passed its checks but still does not fit this model: read it again
+            log.warning("kvqa store: could not restore the cache (%s: %s); the document will be read again",
+                        type(e).__name__, e)
+            restored = None
         if restored is not None:
             return restored
     steps = prefill_steps(lm, document, config=config, prefix=(prompt, ids))
