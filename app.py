@@ -294,7 +294,7 @@ class KvqaApp:
         doc = session.prefilled
         return {self.api_status: (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: "
                                   f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
-                                  f"cache {doc.cache_bytes} bytes"),
+                                  f"cache {doc.cache_bytes} bytes; {cache_origin(session)}"),
                 self.state: session}
 
     def api_ask(self, question: str, session=None):
