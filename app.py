@@ -20,12 +20,14 @@ from pathlib import Path
 import gradio as gr
 
 from kvqa import KvqaError, QuestionError, document_from_text, load_document
-from kvqa.documents import combine, load_documents
-from kvqa.parts import parse_range, unit_name
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
+from kvqa.documents import combine, load_documents
 from kvqa.engines import Engine, make_engine
-from kvqa.session import Session, speedup
+from kvqa.parts import parse_range, unit_name
+from kvqa.session import Session, cache_origin, speedup
+from kvqa.shared import SharedCaches
+from kvqa.store import store_for
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
@@ -91,18 +93,19 @@ def latency_summary(session: Session | None) -> str:
     if session is None or session.prefilled is None:
         return "Load a document and ask a question to see what the cache saves."
     doc = session.prefilled
+    ready = f"Cache {cache_origin(session)}, once"  # read now, restored from disk, or shared: what it took here
     if not session.turns:
-        return f"Prefill: **{doc.prefill_s:.2f} s**, once. Ask a question to compare."
+        return f"{ready}. Ask a question to compare."
     ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
     if not ttfts:
-        return f"Prefill: **{doc.prefill_s:.2f} s**, once."
+        return f"{ready}."
     factors = [speedup(t, doc.prefill_s) for t in session.turns if t.timings.new_tokens]
     measured = [f for f, m in factors if m]
     how = (f"measured by answering without the cache: **{statistics.median(measured):.1f}x** sooner"
            if measured else
            f"estimated as (prefill + TTFT) / TTFT: **{statistics.median(f for f, _ in factors):.1f}x** sooner "
            "(tick “also answer without the cache” to measure it)")
-    return (f"Prefill: **{doc.prefill_s:.2f} s**, once. Median time to first token over {len(ttfts)} "
+    return (f"{ready}. Median time to first token over {len(ttfts)} "
             f"question(s): **{statistics.median(ttfts):.3f} s**; first token {how}.")
 
 
@@ -115,8 +118,9 @@ def latency_plot(session: Session | None):
     if session is None or session.prefilled is None or not session.turns:
         return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    labels = ["prefill\n(once)"] + [f"Q{n}" for n in range(1, len(session.turns) + 1)]
-    ax.bar(labels[:1], [session.prefilled.prefill_s], color="#9ca3af", label="prefill (document, once)")
+    labels = ["cache\n(once)"] + [f"Q{n}" for n in range(1, len(session.turns) + 1)]
+    ax.bar(labels[:1], [max(session.ready_s, 1e-3)], color="#9ca3af",  # log scale: a shared cache took ~0 s
+           label=f"cache {cache_origin(session).split(':')[0]}")
     ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label="answer total")
     ax.bar(labels[1:], [t.timings.ttft_s for t in session.turns], color="#2563eb", label="time to first token")
     baseline = [t.baseline.ttft_s if t.baseline else 0 for t in session.turns]
@@ -163,6 +167,7 @@ class KvqaApp:
         self._budget_lock = threading.Lock()
         self._sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one opens
         self._sessions_lock = threading.Lock()
+        self.shared = SharedCaches()  # sessions that load the same document share its cache
 
     @property
     def budget(self) -> CacheBudget:
@@ -183,7 +188,7 @@ class KvqaApp:
             if sum(1 for s in list(mine) if s.document is not None) >= limit:
                 raise KvqaError(f"Your address already has {limit} documents open in other tabs or clients: close "
                                 "some, or wait for them to expire, then try again.")
-            session = Session(self.engine, self.budget, client=client)
+            session = Session(self.engine, self.budget, client=client, shared=self.shared)
             mine.add(session)
         return session
 
@@ -192,7 +197,8 @@ class KvqaApp:
         if model not in self.models:
             raise KvqaError(f"{model} is not offered here: choose one of {', '.join(self.models)}.")
         if model not in self._engines:
-            self._engines[model] = make_engine(replace(self.config, model=model, model_reason="chosen in the app"))
+            config = replace(self.config, model=model, model_reason="chosen in the app")
+            self._engines[model] = make_engine(config, store=store_for(config))
         return self._engines[model]
 
     def on_model(self, model, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
@@ -203,7 +209,8 @@ class KvqaApp:
                 return {}
             progress(0, desc=f"Loading {model}")
             engine.load()
-            fresh = Session(engine, self.budget, client=client_of(request, behind_proxy=self.behind_proxy))
+            fresh = Session(engine, self.budget, client=client_of(request, behind_proxy=self.behind_proxy),
+                            shared=self.shared)
             if session is not None and session.source is not None:
                 fresh.load(session.source, progress=lambda f: progress(f, desc="Reading the document again"))
         except KvqaError as e:
@@ -228,12 +235,13 @@ class KvqaApp:
         pages = f", {session.document.pages} pages" if session.document.pages else ""
         note = " (already loaded: not read again)" if reused else ""
         part = f"**{session.notice}**\n\n" if session.notice else ""
+        rate = f", {doc.tokens_per_s:,.0f} tokens/s" if session.cache_source == "prefill" else ""
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
             f"- model: {info.model} on {info.device} ({info.dtype}): "
             f"{self.config.model_reason if session.engine is self.engine else 'chosen in the app'}\n"
             f"- document tokens: **{doc.tokens:,}**\n"
-            f"- prefill (once): **{doc.prefill_s:.2f} s**, {doc.tokens_per_s:,.0f} tokens/s\n"
+            f"- {cache_origin(session)}{rate}\n"
             f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} question "
             f"and answer tokens)\n"
             f"- memory for all sessions' caches: {self.budget.used_bytes / 2**20:,.0f} of "
@@ -336,8 +344,8 @@ class KvqaApp:
             return
         chat_before = chat_messages(session)
         history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it was "
-                                    f"read again ({d.prefill_s:.1f} s).")
+        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it is back "
+                                    f"({cache_origin(session)}).")
         try:
             with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
                              progress=lambda f: progress(f, desc="Reading the document again")) as pieces:
@@ -369,7 +377,8 @@ class KvqaApp:
         doc = session.prefilled
         return {self.api_status: (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: "
                                   f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
-                                  f"cache {doc.cache_bytes} bytes" + (f". {session.notice}" if session.notice else "")),
+                                  f"cache {doc.cache_bytes} bytes; {cache_origin(session)}"
+                                  + (f". {session.notice}" if session.notice else "")),
                 self.state: session}
 
     def api_ask(self, question: str, remember: bool = False, session=None):
@@ -503,7 +512,8 @@ def make_app(environ=os.environ, **overrides) -> KvqaApp:
         overrides["model"] = models[0]  # the first offered model is the one loaded first
     config = config_from_env(environ, **overrides)
     behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
-    return KvqaApp(config, make_engine(config, environ), behind_proxy=behind_proxy, models=models)
+    return KvqaApp(config, make_engine(config, environ, store=store_for(config)), behind_proxy=behind_proxy,
+                   models=models)
 
 
 try:

@@ -6,6 +6,8 @@ the owner's own lock without waiting and declines while the owner is working: a 
 answer. A prefill reserves its bytes in `admit` until `add` (the cache exists) or `cancel` (the prefill failed),
 so two prefills at once cannot both be admitted into the same room. One client (an address) holds at most
 `per_client` caches: its own oldest cache goes first, so a client that opens many sessions evicts only itself.
+Sessions that share one cache (kvqa.shared) are added with the same `cache` identity: its bytes count once, and
+they stop counting only when the last session holding it has left or given it up.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ class CacheBudget:
     def __init__(self, limit_bytes: int, *, per_client: int = 3):
         self.limit_bytes = limit_bytes
         self.per_client = per_client
-        self._held: OrderedDict[object, int] = OrderedDict()  # owner -> bytes of its live cache, oldest first
+        self._held: OrderedDict[object, tuple[int, object]] = OrderedDict()  # owner -> (bytes, which cache), oldest
+        #                                                                       first; shared caches count once
         self._reserved: dict[object, int] = {}  # owner -> bytes admitted for a prefill in progress
         self._lock = threading.Lock()
 
@@ -31,7 +34,7 @@ class CacheBudget:
     def used_bytes(self) -> int:
         """Bytes of live caches plus admitted prefills."""
         with self._lock:
-            return sum(self._held.values()) + sum(self._reserved.values())
+            return self._distinct_bytes(self._held.values()) + sum(self._reserved.values())
 
     def admit(self, nbytes: int, owner) -> list:
         """Reserve `nbytes` for owner's next cache, evicting least recently used idle caches (the same client's
@@ -66,11 +69,12 @@ class CacheBudget:
             release_memory()
         return evicted
 
-    def add(self, nbytes: int, owner) -> None:
-        """Owner's cache now exists: it replaces owner's reservation and its previous cache."""
+    def add(self, nbytes: int, owner, *, cache: object = None) -> None:
+        """Owner's cache now exists: it replaces owner's reservation and its previous cache. `cache` names the cache
+        when owners share one (its bytes then count once); by default the cache is owner's own."""
         with self._lock:
             self._reserved.pop(owner, None)
-            self._held[owner] = nbytes
+            self._held[owner] = (nbytes, owner if cache is None else cache)
             self._held.move_to_end(owner)
 
     def cancel(self, owner) -> None:
@@ -93,8 +97,13 @@ class CacheBudget:
             self._reserved.pop(owner, None)
 
     def _others_bytes(self, owner) -> int:
-        return (sum(b for o, b in self._held.items() if o is not owner)
+        return (self._distinct_bytes(held for o, held in self._held.items() if o is not owner)
                 + sum(b for o, b in self._reserved.items() if o is not owner))
+
+    @staticmethod
+    def _distinct_bytes(held) -> int:
+        """Bytes of the caches held, each cache once however many owners share it."""
+        return sum(dict((cache, nbytes) for nbytes, cache in held).values())
 
 
 def budget_for(engine, config) -> CacheBudget:

@@ -172,3 +172,13 @@ def bytes_per_token(model_config, dtype: torch.dtype) -> int:
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     return 2 * c.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+
+
+def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> KVCache:
+    """A KVCache of `capacity` tokens holding a copy of each layer's (keys, values), as KVCache.tensors() gave them
+    (the disk tier restores caches with this); bit for bit the same keys and values."""
+    cache = new_cache(model_config, capacity)
+    assert len(tensors) == len(cache.layers), f"{len(tensors)} layers stored, the model has {len(cache.layers)}"
+    for i, (keys, values) in enumerate(tensors):
+        cache.update(keys, values, i)
+    return cache

@@ -49,6 +49,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
     from .engines import make_engine
     from .parts import notice, parse_range, prefill_part, select
+    from .store import store_for
 
     config = config_from(args)
     documents, problems = [], []
@@ -78,12 +79,13 @@ def _ask(args: argparse.Namespace) -> int:
     chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
     say(f"loading {config.model} ...")
-    engine = make_engine(config)
+    store = None if args.no_store or args.no_cache else store_for(config)
+    engine = make_engine(config, store=store)
     info = engine.load()
     say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
     result = {"model": info.model, "engine": info.kind, "dtype": info.dtype,
               "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
-              "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "answers": []}
+              "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "cache_source": None, "answers": []}
     if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
         read = select(document, *part) if part else document
     else:
@@ -102,9 +104,14 @@ def _ask(args: argparse.Namespace) -> int:
     if args.no_cache:
         run = lambda q: engine.stream_without_cache(read, q)
     else:
-        say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
-            f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
-        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes)
+        if doc.cache_source == "disk":
+            say(f"restored {doc.tokens:,} tokens from the store in {doc.prefill_s:.2f} s, "
+                f"cache {doc.cache_bytes / 2**20:,.1f} MiB")
+        else:
+            say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
+                f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
+        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes,
+                      cache_source=doc.cache_source)
         run = lambda q: engine.stream(doc, q)
     for q in questions:
         if not args.json:
@@ -128,6 +135,8 @@ def _ask(args: argparse.Namespace) -> int:
                 where = f"page {source.page}, " if source.page else ""
                 print(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): "
                       f"{_quote(source.text)}")
+    if store is not None:
+        store.flush()  # the cache's file is written in the background: let it finish before the process ends
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
@@ -156,8 +165,9 @@ def _quote(text: str, limit: int = 160) -> str:
 
 def _print_summary(result: dict, *, no_cache: bool) -> None:
     print("\n" + result["guarantee"])
+    how = "restored from the store" if result["cache_source"] == "disk" else "prefill"
     print("\n" + ("no cache: every question recomputed the whole prompt" if no_cache else
-                  f"prefill: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
+                  f"{how}: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
     print(f"{'question':<40} {'tokens in':>9} {'new':>5} {'TTFT s':>8} {'total s':>8}")
     for a in result["answers"]:
         q = a["question"] if len(a["question"]) <= 40 else a["question"][:37] + "..."
@@ -193,6 +203,8 @@ def _parser() -> argparse.ArgumentParser:
                      "(default 6; greedy answers stay the same)")
     ask.add_argument("--no-draft", action="store_true", help="decode one token per step (same as --draft-tokens 0)")
     ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
+    ask.add_argument("--no-store", action="store_true", help="neither restore the document's cache from the store "
+                     "($KVQA_STORE_DIR) nor write it there")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)
     bench = commands.add_parser("bench", help="time kvqa against recomputing the prompt and transformers' cache copy")
@@ -207,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
                        "(default: the sample document)")
     bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "
                        "or a name in kvqa/configs such as llama-3.2-3b) with --model's tokenizer: for timing only")
+    bench.add_argument("--store", action="store_true", help="instead: time restoring each context's cache from the "
+                       "disk tier against prefilling it (try --contexts 1024,4096,7000)")
     bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")
     bench.add_argument("--plot", metavar="PATH", help="write a PNG of TTFT against context length")
     bench.set_defaults(run=_bench)

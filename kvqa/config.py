@@ -41,11 +41,17 @@ class Config:
     session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
     model_reason: str = "the default"  # why this model: named by KVQA_MODEL / --model, or chosen for the machine
+    store_mb: float = 2048.0  # the disk tier of prefilled caches, least recently used out past this; 0: off
+    store_dir: Path | None = None  # where it lives; None: cache_dir / "store"
 
     @property
     def reserve_tokens(self) -> int:
         """Tokens kept free after the document for one question and its answer."""
         return self.max_question_tokens + self.max_new_tokens
+
+    @property
+    def store_folder(self) -> Path:
+        return self.store_dir if self.store_dir is not None else self.cache_dir / "store"
 
     @property
     def max_file_bytes(self) -> int:
@@ -59,8 +65,10 @@ ENVIRONMENT = {
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "draft_tokens": "KVQA_DRAFT_TOKENS", "compile": "KVQA_COMPILE",
+    "draft_tokens": "KVQA_DRAFT_TOKENS", "compile": "KVQA_COMPILE", "store_mb": "KVQA_STORE_MB",
+    "store_dir": "KVQA_STORE_DIR",
 }
+_KINDS = {"store_dir": Path}  # settings whose default (None) does not tell their type
 
 
 def choose_model(environ, *, cuda: bool | None = None, hub_access=None) -> tuple[str, str]:
@@ -112,7 +120,7 @@ def config_from_env(environ, **overrides) -> Config:
         raw = environ.get(var, "").strip()
         if not raw:
             continue
-        kind = type(getattr(defaults, name))
+        kind = _KINDS.get(name) or type(getattr(defaults, name))
         kind = float if kind is type(None) else kind
         try:
             settings[name] = kind(raw) if kind in (int, float) else raw
@@ -131,7 +139,7 @@ def config_from_env(environ, **overrides) -> Config:
     if config.compile not in ("off", "on"):
         raise KvqaError(f"KVQA_COMPILE must be on or off, not '{config.compile}'.")
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
-    low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens") if getattr(config, n) < 0]
+    low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens", "store_mb") if getattr(config, n) < 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
         raise KvqaError(f"{', '.join(low) or 'KVQA_CACHE_BUDGET_MB'}: must be above 0 (chunk size, token and "
                         "size limits).")

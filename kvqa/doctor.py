@@ -87,10 +87,30 @@ def diagnose(config: Config, environ) -> list[Check]:
         line += f" (~{budget // bytes_per_token(model_config, dtype):,} tokens)"
     checks.append(Check("memory budget", line + ("" if config.cache_budget_mb else
                                                  " (half the free memory; set KVQA_CACHE_BUDGET_MB to change)")))
+    checks.append(_store_check(config))
     from .engines import zerogpu_status
 
     checks.append(Check("ZeroGPU", zerogpu_status(environ)))
     return checks
+
+
+def _store_check(config: Config) -> Check:
+    """The disk tier of caches: its folder, how full it is, and whether kvqa can write there."""
+    import os
+
+    from .store import store_for
+
+    store = store_for(config)
+    if store is None:
+        return Check("cache store", "off (KVQA_STORE_MB=0): every process reads each document again")
+    entries = store.entries()
+    line = (f"{store.folder}: {len(entries)} cache(s), {store.size_bytes / 2**20:,.1f} of "
+            f"{store.limit_bytes / 2**20:,.0f} MiB (KVQA_STORE_DIR, KVQA_STORE_MB)")
+    existing = next(p for p in [store.folder, *store.folder.parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return Check("cache store", line, f"kvqa cannot write to {existing}: caches will not be kept; set "
+                     "KVQA_STORE_DIR to a writable folder, or KVQA_STORE_MB=0 to turn the store off")
+    return Check("cache store", line)
 
 
 def report(checks: list[Check], *, as_json: bool = False) -> str:

@@ -80,7 +80,10 @@ class PrefilledDocument:
     model_name: str
     max_question_tokens: int
     max_new_tokens: int
+    cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
+    #                                "memory" (shared with another session); prefill_s is what that took
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
 
     @property
     def tokens(self) -> int:
@@ -90,8 +93,8 @@ class PrefilledDocument:
     def tokens_per_s(self) -> float:
         return self.tokens / self.prefill_s if self.prefill_s > 0 else 0.0
 
-    def __getstate__(self) -> dict:  # crosses the ZeroGPU process boundary: everything but the lock
-        return {k: v for k, v in self.__dict__.items() if k != "lock"}
+    def __getstate__(self) -> dict:  # crosses the ZeroGPU process boundary: everything but the locks
+        return {k: v for k, v in self.__dict__.items() if k not in ("lock", "turn")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, lock=threading.Lock())
+        self.__dict__.update(state, lock=threading.Lock(), turn=threading.Lock())

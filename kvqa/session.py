@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .results import Answer, AnswerStream, PrefilledDocument
+from .shared import SharedCaches
 from .sources import Source
 from .timing import Timings
 
@@ -48,14 +50,18 @@ def fingerprint(engine: Engine, document: Document) -> str:
 class Session:
     """A user's document, its prefilled cache (which the budget may evict; it is then rebuilt) and turns."""
 
-    def __init__(self, engine: Engine, budget: CacheBudget | None = None, *, client: str | None = None):
+    def __init__(self, engine: Engine, budget: CacheBudget | None = None, *, client: str | None = None,
+                 shared: SharedCaches | None = None):
         self.engine = engine
         self.budget = budget
         self.client = client  # who opened it (an address), for per-client limits in the budget
+        self.shared = shared  # other sessions' caches: the same document is then read once for all of them
         self.source: Document | None = None  # the document as loaded: every page or character of it
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
         self.notice: str | None = None  # what was read when it is not all of the source (kvqa.parts)
         self.prefilled: PrefilledDocument | None = None
+        self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk" or "memory" (shared)
+        self.ready_s = 0.0  # how long that took this session
         self.fingerprint: str | None = None
         self.turns: list[Turn] = []
         self.remember = False  # follow-ups: each question reads the conversation since new_conversation()
@@ -118,8 +124,9 @@ class Session:
             history = self.history()
             keep = self.engine.remembered(self.prefilled, history, question) if history else 0
             history = history[len(history) - keep:]  # the latest turns that fit in the room kept for a question
-            with self.engine.stream(self.prefilled, question, should_stop=self._stop.is_set,
-                                    history=history) as pieces:
+            with self._turn(self.prefilled), self.engine.stream(self.prefilled, question,
+                                                                 should_stop=self._stop.is_set,
+                                                                 history=history) as pieces:
                 yield from pieces  # closing this generator closes the answer: the cache rolls back now
                 result = pieces.answer
             measured = None
@@ -154,6 +161,20 @@ class Session:
             self._busy.release()
 
     def _prefill(self, document, *, progress) -> PrefilledDocument:
+        """The document's cache: another session's when one holds it (shared), else read now or restored."""
+        started = time.perf_counter()
+        if self.shared is None:
+            prefilled, shared = self._prefill_own(document, progress=progress), False
+        else:
+            key = fingerprint(self.engine, document)
+            prefilled, shared = self.shared.get_or_load(key, lambda: self._prefill_own(document, progress=progress))
+            if shared and self.budget is not None:
+                self.budget.add(prefilled.cache_bytes, self, cache=key)
+        self.cache_source = "memory" if shared else prefilled.cache_source
+        self.ready_s = time.perf_counter() - started if shared else prefilled.prefill_s
+        return prefilled
+
+    def _prefill_own(self, document, *, progress) -> PrefilledDocument:
         admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
         try:
             prefilled = self.engine.prefill(document, progress=progress, admit=admit)
@@ -162,8 +183,21 @@ class Session:
                 self.budget.cancel(self)
             raise
         if self.budget is not None:
-            self.budget.add(prefilled.cache_bytes, self)
+            self.budget.add(prefilled.cache_bytes, self,
+                            cache=fingerprint(self.engine, document) if self.shared is not None else None)
         return prefilled
+
+    @contextmanager
+    def _turn(self, prefilled: PrefilledDocument) -> Iterator[None]:
+        """Wait while another session that shares this document's cache answers on it (Stop ends the wait)."""
+        while not prefilled.turn.acquire(timeout=0.05):
+            if self._stop.is_set():
+                raise BusyError("Stopped before the answer began: another session was answering about the same "
+                                "document. Ask again.")
+        try:
+            yield
+        finally:
+            prefilled.turn.release()
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
@@ -173,6 +207,12 @@ class Session:
             yield
         finally:
             self._busy.release()
+
+
+def cache_origin(session: Session) -> str:
+    """Where the session's cache came from and what it took, for the status panel: "read now: 15.80 s"..."""
+    how = {"prefill": "read now", "disk": "restored from disk", "memory": "shared with another session"}
+    return f"{how.get(session.cache_source, session.cache_source)}: {session.ready_s:.2f} s"
 
 
 def speedup(turn: Turn, prefill_s: float) -> tuple[float, bool]:

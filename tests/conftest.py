@@ -4,6 +4,7 @@ config, and a Llama 3.x-style tokenizer (the default tokenizer with Llama 3's co
 from __future__ import annotations
 
 import copy
+import os
 import secrets
 import shutil
 import socket
@@ -15,6 +16,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 import kvqa
 from kvqa.model import prepare
+
+# Tests never write into the user's cache folder, and most count prefills: the disk tier of caches is off unless a
+# test turns it on in its own folder (tests/test_store.py). Subprocesses (CLI, app) inherit this.
+os.environ["KVQA_STORE_MB"] = "0"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASSETS = Path(__file__).parent.parent / "assets"

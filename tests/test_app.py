@@ -33,10 +33,27 @@ def session(default_lm):
 
 def test_paste_prefills_once_and_shows_figures(session):
     status = UI.status_markdown(session)
-    assert "document tokens" in status and "prefill (once)" in status and "tokens/s" in status and "MB" in status
+    assert "document tokens" in status and "read now:" in status and "tokens/s" in status and "MB" in status
     prefilled = session.prefilled
     again = UI.on_paste(DOC_A, session)
     assert again[UI.state].prefilled is prefilled and "already loaded" in again[UI.status]  # no second prefill
+
+
+def test_two_sessions_with_one_document_share_its_cache(default_lm):
+    """Issue 14: the second session's cache is the first one's, and its status says so."""
+    text = DOC_B + " This copy is only for the sharing test."
+    first, second = UI.on_paste(text, None)[UI.state], None
+    try:
+        shown = UI.on_paste(text, None)
+        second = shown[UI.state]
+        assert second is not first and second.prefilled is first.prefilled
+        assert "shared with another session: " in shown[UI.status] and "read now: " in UI.status_markdown(first)
+        outputs = drain(UI.on_ask("What is the capital of Zorbia?", second, False))
+        assert "Quentin" in last_answer(outputs)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
 
 
 def test_ask_streams_then_shows_latency(session):
@@ -140,7 +157,7 @@ def test_ending_a_session_frees_its_cache(default_lm):
     import gc
     import weakref
 
-    session = UI.on_paste(DOC_B, None)[UI.state]
+    session = UI.on_paste(DOC_B + " Held by this session alone.", None)[UI.state]  # a cache nobody shares
     cache = weakref.ref(session.prefilled.cache)
     used = UI.budget.used_bytes
     UI.close_session(session)  # gr.State's delete_callback, when the tab closes or the time-to-live passes

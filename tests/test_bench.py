@@ -171,3 +171,18 @@ def test_bad_flags_exit_2(args, message, capsys):
 def test_context_longer_than_the_model_is_refused(tiny_lm):
     with pytest.raises(BenchError, match="does not fit"):
         run_bench(tiny_lm, "text", contexts=[4000], questions=QUESTIONS[:1], config=kvqa.Config(), warm_up=False)
+
+
+def test_store_bench_restores_the_same_cache_and_answers(tiny_lm):
+    """Issue 14: `bench --store` rows, on the tiny model."""
+    from kvqa.bench.store import format_store_table, run_store_bench
+
+    prompt = ChatPrompt.for_tokenizer(tiny_lm.tokenizer)
+    text_ids = tiny_lm.tokenizer("The museum opens at nine. Its code word is pelican. " * 20,
+                                 add_special_tokens=False)["input_ids"]
+    documents = [cut_document(prompt, text_ids, n, name="d") for n in (80, 160)]
+    rows = run_store_bench(tiny_lm, documents, questions=["What is the code word?"],
+                           config=kvqa.Config(max_new_tokens=4))
+    assert [r["context_tokens"] for r in rows] == [len(ids) for _, ids in documents]
+    assert all(r["same_answers"] and r["same_cache"] and r["restore_s"] > 0 and r["file_bytes"] > 0 for r in rows)
+    assert "prefill/restore" in format_store_table(rows)

@@ -49,7 +49,7 @@ def test_upload_ask_twice_and_see_latency(server, page):
     page.locator("#upload input[type=file]").set_input_files(str(ASSETS / "declaration-of-independence.md"))
     status = page.locator("#doc-status")
     status.get_by_text("document tokens").wait_for(timeout=120_000)
-    assert "prefill (once)" in status.inner_text() and "tokens/s" in status.inner_text()
+    assert "read now:" in status.inner_text() and "tokens/s" in status.inner_text()
 
     first = ask(page, "What rights are unalienable?", 0)
     second = ask(page, "What do the signers pledge to each other?", 1)

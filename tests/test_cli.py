@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ ROOT = Path(__file__).parent.parent
 DOC = "The secret word is pelican.\nThe museum opens at 9 am on weekdays.\n"
 
 
-def kvqa(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def kvqa(*args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "kvqa", *args], input=stdin, capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+                          cwd=ROOT, timeout=600, env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +32,10 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert cached.returncode == 0, cached.stderr
     result = json.loads(cached.stdout)  # exactly one JSON object on stdout
     assert set(result) == {"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "context_tokens",
-                           "prefill_s", "cache_bytes", "answers"}
+                           "prefill_s", "cache_bytes", "cache_source", "answers"}
     assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20
     assert result["engine"] == "local" and result["dtype"] == "float32" and result["exact_vs_recompute"] is True
-    assert result["prefill_s"] > 0 and result["cache_bytes"] > 0
+    assert result["prefill_s"] > 0 and result["cache_bytes"] > 0 and result["cache_source"] == "prefill"
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
@@ -47,9 +48,20 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
 
     baseline = json.loads(kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json",
                                "--no-cache").stdout)
-    assert baseline["prefill_s"] == 0 and baseline["cache_bytes"] == 0
+    assert baseline["prefill_s"] == 0 and baseline["cache_bytes"] == 0 and baseline["cache_source"] is None
     assert [a["answer"] for a in baseline["answers"]] == [a["answer"] for a in result["answers"]]
     assert all(b["question_tokens"] > a["question_tokens"] for a, b in zip(result["answers"], baseline["answers"]))
+
+
+def test_the_store_restores_the_cache_in_the_next_run_unless_told_not_to(doc_path, tmp_path, default_lm):
+    """Issue 14: a second `kvqa ask` on the same document reads its cache from the store, and answers the same."""
+    env = {"KVQA_STORE_DIR": str(tmp_path / "store"), "KVQA_STORE_MB": "100"}
+    ask = ("ask", str(doc_path), "-q", "What is the secret word?", "--max-new-tokens", "12", "--json")
+    runs = [json.loads(kvqa(*ask, *extra, env=env).stdout) for extra in ((), (), ("--no-store",))]
+    assert [r["cache_source"] for r in runs] == ["prefill", "disk", "prefill"]
+    assert len({r["answers"][0]["answer"] for r in runs}) == 1
+    assert all(r["prefill_s"] > 0 and r["context_tokens"] == runs[0]["context_tokens"] for r in runs)
+    assert len(list((tmp_path / "store").glob("*.safetensors"))) == 1
 
 
 def test_stdin_document_and_readable_output(default_lm):

@@ -64,6 +64,19 @@ def test_doctor_on_this_cpu_machine(default_lm):
     assert "no problems found" in run.stdout
 
 
+def test_doctor_reports_the_cache_store(tmp_path):
+    """Issue 14: the store's folder, entries and size; a folder kvqa cannot write to is a problem with its fix."""
+    off = doctor({})  # the tests' default: KVQA_STORE_MB=0
+    assert re.search(r"^cache store\s+off", off.stdout, re.M)
+    (tmp_path / "a.safetensors").write_bytes(b"x" * 2**20)
+    run = doctor({"KVQA_STORE_DIR": str(tmp_path), "KVQA_STORE_MB": "10"})
+    assert f"{tmp_path}: 1 cache(s), 1.0 of 10 MiB" in run.stdout
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    bad = doctor({"KVQA_STORE_DIR": str(blocked / "store"), "KVQA_STORE_MB": "10"})
+    assert bad.returncode == 1 and "set KVQA_STORE_DIR to a writable folder" in bad.stdout
+
+
 def test_doctor_names_the_next_step_for_a_gated_model_without_a_token():
     run = doctor({"KVQA_MODEL": "meta-llama/Llama-3.2-3B-Instruct", "HF_TOKEN": ""})
     assert run.returncode == 1

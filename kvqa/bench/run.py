@@ -26,6 +26,7 @@ from .memory import Bandwidth, read_bandwidth
 from .methods import METHODS, RUNNERS, decode_floor
 from .models import config_path, random_init_model
 from .report import format_table, write_plot
+from .store import format_store_table, run_store_bench
 
 DEFAULT_CONTEXTS = (512, 1024, 2048, 4096)
 DEFAULT_QUESTIONS = 3
@@ -210,6 +211,18 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} ...")
     lm = random_init_model(args.random_init, config) if args.random_init else load_model(config)
     say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
+    if getattr(args, "store", False):
+
+        prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+        text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64), add_special_tokens=False)["input_ids"]
+        documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]
+        rows = run_store_bench(lm, documents, questions=QUESTIONS[: args.questions], config=config, say=say)
+        bandwidth = Bandwidth(bytes_per_s=0.0, tensor_bytes=0, runs=0)  # not measured for this job
+        machine = machine_info(lm, bandwidth)
+        print(json.dumps({"machine": machine, "model": lm.name, "store": rows}) if args.json else
+              f"{lm.name} on {machine['device']} ({machine['cpu']}, {machine['cores']} cores, {machine['dtype']}, "
+              f"torch {machine['torch']}), {machine['date']}\n" + format_store_table(rows))
+        return 0
     result = run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions], config=config,
                        document_name=name, say=say)
     if args.json:

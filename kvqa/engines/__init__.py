@@ -23,9 +23,10 @@ def _zerogpu(environ: Mapping[str, str]) -> bool:
             and environ.get("SPACES_ZERO_GPU", "").strip().lower() in ("1", "true", "yes"))
 
 
-def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=None) -> Engine:
+def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=None, store=None) -> Engine:
     """The engine for these settings on this machine: ZeroGPU where it is active, else local. The model loads on
-    first use (or call engine.load()). `lm` hands the local engine an already loaded model."""
+    first use (or call engine.load()). `lm` hands the local engine an already loaded model; `store` (a
+    kvqa.store.KVStore) gives the local engine a disk tier of prefilled caches."""
     environ = os.environ if environ is None else environ
     if _zerogpu(environ):
         import spaces
@@ -33,6 +34,10 @@ def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=
         from .zerogpu import ZeroGPUEngine
 
         return ZeroGPUEngine(config, spaces)
+    if store is not None:
+        from .stored import StoredLocalEngine
+
+        return StoredLocalEngine(config, lm=lm, store=store)
     return LocalEngine(config, lm=lm)
 
 

@@ -1,0 +1,102 @@
+"""The local engine's prefill with the disk tier (kvqa.store) around it: restore the document's cache from its file
+when one is there and checks out, else prefill it and have the file written in the background."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..cache import bytes_per_token, cache_from_tensors
+from ..config import Config
+from ..documents import Document
+from ..errors import KvqaError
+from ..model import LoadedModel
+from ..prompt import ChatPrompt
+from ..results import PrefilledDocument
+from ..store import CacheKey, KVStore, StoredCache, text_sha256, weights_fingerprint
+from ..timing import now
+from .local import LocalEngine, check_fits, out_of_memory_as_error, prefill_steps, prefix_of
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
+    """What determines this document's cache with this model here (the prefix ids are checked from the file)."""
+    return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch."),
+                    device=lm.device.type, attention=lm.attn_implementation, text_sha256=text_sha256(document.text))
+
+
+def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, weights: str, config: Config = Config(),
+                       progress: Callable[[float], None] | None = None,
+                       admit: Callable[[int], None] | None = None) -> PrefilledDocument:
+    """The document's PrefilledDocument, restored from the store (cache_source "disk", prefill_s the time the
+    restore took) or prefilled (cache_source "prefill") and then stored in the background."""
+    prompt, ids = prefix_of(lm, document, config=config)
+    if admit is not None:  # once, for either way: the cache is the same size
+        admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + config.reserve_tokens))
+    key = cache_key(lm, document, weights=weights)
+    started = now(lm.device)
+    stored = store.get(key, device=lm.device)
+    if stored is not None:
+        try:
+            restored = _restore(lm, document, stored, prompt, ids, config=config, started=started)
+        except KvqaError:  # out of memory: the user's message, as a prefill would give it
+            raise
+        except Exception as e:  # a file that passed its checks but still does not fit this model: read it again
+            log.warning("kvqa store: could not restore the cache (%s: %s); the document will be read again",
+                        type(e).__name__, e)
+            restored = None
+        if restored is not None:
+            return restored
+    steps = prefill_steps(lm, document, config=config, prefix=(prompt, ids))
+    while True:
+        try:
+            fraction = next(steps)
+        except StopIteration as done:
+            doc = done.value
+            break
+        if progress is not None:
+            progress(fraction)
+    store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())  # views of the document's part only
+    return doc
+
+
+def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: ChatPrompt, ids: list[int], *,
+             config: Config, started: float) -> PrefilledDocument | None:
+    """The stored cache as a PrefilledDocument, if its ids are exactly the ids this tokenizer and template give the
+    document with the stored date line; else None (logged)."""
+    if stored.date_string != prompt.date_string:  # a Llama 3.x date line from another day: the cache keeps it
+        prompt = ChatPrompt.for_tokenizer(lm.tokenizer, date_string=stored.date_string)
+        ids = prompt.prefix_ids(document.text)
+    if tuple(ids) != stored.ids:
+        log.warning("kvqa store: the stored prefix ids differ from this tokenizer's; the document will be read again")
+        return None
+    check_fits(lm, len(ids), config.reserve_tokens)
+    with out_of_memory_as_error("restoring the document's cache"):
+        cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.reserve_tokens)
+    return PrefilledDocument(
+        document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
+        prefill_s=now(lm.device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
+        max_new_tokens=config.max_new_tokens, cache_source="disk",
+    )
+
+
+class StoredLocalEngine(LocalEngine):
+    """The local engine with the disk tier: prefill() restores a document's cache from `store` when it can, and
+    stores what it prefills."""
+
+    def __init__(self, config: Config, lm: LoadedModel | None = None, *, store: KVStore):
+        super().__init__(config, lm=lm)
+        self.store = store
+        self._weights: str | None = None
+
+    @property
+    def weights(self) -> str:
+        """The loaded weights' fingerprint (part of every cache key), computed once."""
+        if self._weights is None:
+            self._weights = weights_fingerprint(self.lm.model)
+        return self._weights
+
+    def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
+        return prefill_or_restore(self.lm, document, self.store, weights=self.weights, config=self.config,
+                                  progress=progress, admit=admit)
