@@ -78,7 +78,8 @@ def diagnose(config: Config, environ) -> list[Check]:
                             f"not supported: {reason}; choose a model with full attention in every layer"
                             if reason else None))
         checks.append(Check("context", f"{context:,} tokens: documents up to {context - config.reserve_tokens:,} "
-                            f"tokens ({config.reserve_tokens} kept for question and answer)"))
+                            f"tokens at once ({config.reserve_tokens} kept for question and answer; longer ones "
+                            "are read in parts)"))
     from .memory import default_budget_bytes
 
     budget = (int(config.cache_budget_mb * 2**20) if config.cache_budget_mb else default_budget_bytes(device))

@@ -318,3 +318,13 @@ def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm,
         doc = engine.prefill(DOC)
     assert doc.cache_source == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
     assert_same_cache(fresh, doc)
+
+
+def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
+    """Regression: with KVQA_STORE_DIR unset, store_for() must use cache_dir/store (it was handed None and the app
+    failed to start with the store on; the tests run with it off)."""
+    from kvqa.store import store_for
+
+    store = store_for(kvqa.Config(cache_dir=tmp_path))
+    assert store is not None and store.folder == tmp_path / "store"
+    assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=0)) is None
