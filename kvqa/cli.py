@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
-    flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature",
-             "repeat_stop", "draft_tokens")
+    flags = ("model", "engine_url", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens",
+             "temperature", "repeat_stop", "draft_tokens")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -88,6 +88,7 @@ def _ask(args: argparse.Namespace) -> int:
             "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
             "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
             "sources": [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in answer.sources],
+            **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {}),  # a server's own count
         })
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
@@ -137,6 +138,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+    p.add_argument("--engine-url", help="answer on an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1 "
+                   "(default: $KVQA_ENGINE_URL; its model: $KVQA_ENGINE_MODEL, key: $KVQA_ENGINE_API_KEY)")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -38,6 +38,10 @@ class Config:
     sessions_per_client: int = 16  # sessions with a document one client address may have open
     session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
+    engine_url: str = ""  # an OpenAI-compatible server (".../v1") answers instead of this process; "": local
+    engine_model: str = ""  # the server's model name; "": the first one it lists
+    engine_api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
+    engine_timeout_s: float = 300.0  # give up when the server sends nothing for this long
 
     @property
     def reserve_tokens(self) -> int:
@@ -56,7 +60,8 @@ ENVIRONMENT = {
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "draft_tokens": "KVQA_DRAFT_TOKENS",
+    "draft_tokens": "KVQA_DRAFT_TOKENS", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
+    "engine_api_key": "KVQA_ENGINE_API_KEY", "engine_timeout_s": "KVQA_ENGINE_TIMEOUT",
 }
 
 
@@ -83,7 +88,7 @@ def config_from_env(environ, **overrides) -> Config:
     settings.update({k: v for k, v in overrides.items() if v is not None})
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
-               "caches_per_client", "sessions_per_client", "session_ttl_s")
+               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
     low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens") if getattr(config, n) < 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
