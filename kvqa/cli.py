@@ -138,6 +138,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+
+
+def _add_engine_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine-url", help="answer on an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1 "
                    "(default: $KVQA_ENGINE_URL; its model: $KVQA_ENGINE_MODEL, key: $KVQA_ENGINE_API_KEY)")
 
@@ -150,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("doc", metavar="DOC", help="a .pdf, .txt or .md file, or - to read text from stdin")
     ask.add_argument("-q", "--question", action="append", required=True, help="a question (repeat for more)")
     _add_model_flags(ask)
+    _add_engine_flag(ask)
     ask.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 256)")
     ask.add_argument("--max-question-tokens", type=int, help="longest question in tokens (default 512)")
     ask.add_argument("--chunk-size", type=int, help="prefill chunk in tokens (default 512)")
@@ -179,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
     doctor = commands.add_parser("doctor", help="show what kvqa will use here, and how to fix what is wrong")
     _add_model_flags(doctor)
+    _add_engine_flag(doctor)
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(run=_doctor)
     return parser

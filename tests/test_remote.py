@@ -130,6 +130,7 @@ def test_answers_stream_and_the_second_question_comes_from_the_servers_prefix_ca
     assert "no bit-identical cache" in info.guarantee and info.context_tokens > 0
     doc = engine.prefill(document_from_text(DOCUMENT, name="sample"))
     assert doc.cache_bytes == 0 and doc.tokens > 500 and doc.prefill_s > 0  # the server counted the prompt
+    assert 0 < engine.count_tokens("The unanimous Declaration") < 10
 
     answers = []
     for question in ("What rights are unalienable?", "Who is the history of repeated injuries about?"):
@@ -220,8 +221,8 @@ def test_the_command_line_answers_through_the_server(server, tmp_path):
     path.write_text(DOCUMENT)
     env = {**os.environ, "KVQA_ENGINE_URL": server.url, "KVQA_ENGINE_MODEL": MODEL}
     done = subprocess.run([sys.executable, "-m", "kvqa", "ask", str(path), "-q", "What rights are unalienable?",
-                           "-q", "Who wrote it?", "--max-new-tokens", "24", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+                           "-q", "Who wrote it?", "--max-new-tokens", "24", "--json", "--engine-url", server.url],
+                          capture_output=True, text=True, env={**env, "KVQA_ENGINE_URL": ""}, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["engine"] == "remote" and result["model"] == MODEL and result["exact_vs_recompute"] is False

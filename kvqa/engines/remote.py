@@ -123,9 +123,10 @@ class RemoteEngine:
             response = self._http.post("/chat/completions", json=body)
             self._check(response, doing="reading the document")
         prefill_s = time.perf_counter() - started
-        usage = _json(response).get("usage") or {}
+        completion = _json(response)
+        usage = completion.get("usage") or {}
         prefix = ServerPrefix(system=system, prompt_tokens=int(usage.get("prompt_tokens") or 0),
-                              cached_tokens=_cached_tokens(usage, _json(response).get("timings")))
+                              cached_tokens=_cached_tokens(usage, completion.get("timings")))
         if progress is not None:
             progress(1.0)
         return PrefilledDocument(
