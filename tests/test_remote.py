@@ -310,3 +310,14 @@ def test_the_app_serves_answers_through_the_server_and_refuses_a_wrong_model_at_
     finally:
         app.terminate()
         app.wait(timeout=30)
+
+
+def test_each_answer_says_what_came_from_the_servers_cache_or_that_the_server_did_not_say():
+    from app import latency_line
+    from kvqa.timing import Timings
+
+    base = dict(question_tokens=15, new_tokens=8, ttft_s=0.1, answer_s=0.5)
+    assert "650 of 665 prompt tokens from the server's prefix cache" in latency_line(
+        Timings(**base, prompt_tokens=665, cached_tokens=650))
+    assert "--enable-prompt-tokens-details" in latency_line(Timings(**base, prompt_tokens=665))  # unknown, not 0
+    assert "server" not in latency_line(Timings(**base))  # the local engine's answers
