@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -279,37 +280,86 @@ def test_the_engine_is_chosen_by_the_environment():
         config_from_env({"KVQA_ENGINE_TIMEOUT": "0"})
 
 
-def test_the_app_serves_answers_through_the_server_and_refuses_a_wrong_model_at_start(server):
-    from gradio_client import Client
-
-    env = {**os.environ, "KVQA_ENGINE_URL": server.url, "KVQA_ENGINE_MODEL": MODEL, "KVQA_MAX_NEW_TOKENS": "24"}
-    wrong = subprocess.run([sys.executable, "app.py", "--port", str(free_port())], capture_output=True, text=True,
-                           env={**env, "KVQA_ENGINE_MODEL": "nope"}, timeout=120, cwd=ROOT)
-    assert wrong.returncode != 0 and wrong.stderr.strip().count("\n") == 0
-    assert "serves no model named 'nope'" in wrong.stderr
-
+@pytest.fixture(scope="module")
+def remote_app(server):
+    """`python app.py` pointed at the server as the README says, on a free loopback port: (url, its start-up line)."""
+    env = {**os.environ, "KVQA_ENGINE_URL": server.url, "KVQA_ENGINE_MODEL": MODEL, "KVQA_MAX_NEW_TOKENS": "24",
+           "GRADIO_ANALYTICS_ENABLED": "False"}
     port = free_port()
-    app = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], env=env, cwd=ROOT, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    app = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--concurrency", "4"], env=env, cwd=ROOT,
+                           text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        started = next(line for line in app.stdout if line.startswith("kvqa:"))
-        assert f"{MODEL} on server 127.0.0.1:{server.port}" in started and "remote engine" in started, started
+        started = next((line for line in app.stdout if line.startswith("kvqa:")), "")
+        threading.Thread(target=app.stdout.read, daemon=True).start()  # keep the pipe drained
+        url = f"http://127.0.0.1:{port}/"
         deadline = time.monotonic() + 120
         while True:
             try:
-                client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-                break
-            except Exception:
-                assert time.monotonic() < deadline and app.poll() is None, "the app did not come up"
-                time.sleep(0.5)
-        status = client.predict(text=DOCUMENT, api_name="/prefill")
-        assert status.startswith("prefilled") and "cache 0 bytes" in status
-        job = client.submit(question="What rights are unalienable?", api_name="/ask")
-        updates = list(job)
-        assert updates and updates[-1].strip()
+                if httpx.get(url + "gradio_api/info", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and app.poll() is None, f"the app did not come up: {started}"
+            time.sleep(0.5)
+        yield url, started
     finally:
         app.terminate()
         app.wait(timeout=30)
+
+
+def test_the_app_starts_on_the_server_or_refuses_a_wrong_model_in_one_line(server, remote_app):
+    url, started = remote_app
+    assert f"{MODEL} on server 127.0.0.1:{server.port}" in started and "remote engine" in started, started
+    env = {**os.environ, "KVQA_ENGINE_URL": server.url, "KVQA_ENGINE_MODEL": "nope"}
+    wrong = subprocess.run([sys.executable, "app.py", "--port", str(free_port())], capture_output=True, text=True,
+                           env=env, timeout=120, cwd=ROOT)
+    assert wrong.returncode != 0 and wrong.stderr.strip().count("\n") == 0
+    assert "serves no model named 'nope'" in wrong.stderr
+
+
+def test_gradio_client_gets_answers_through_the_server(remote_app):
+    from gradio_client import Client
+
+    client = Client(remote_app[0], verbose=False)
+    status = client.predict(text=DOCUMENT, api_name="/prefill")
+    assert status.startswith("prefilled") and "cache 0 bytes" in status
+    updates = list(client.submit(question="What rights are unalienable?", api_name="/ask"))
+    assert len(updates) > 3 and updates[-1].startswith(updates[1]) and "Declaration" in updates[-1]  # streamed
+
+
+@pytest.mark.browser
+def test_a_browser_sees_answers_and_the_servers_cache_figures(remote_app):
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        reason = "chromium is not installed: `apt-get install chromium` to run the browser tests (.ci/run does this)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1200})
+            page.goto(remote_app[0])
+            page.locator("#upload input[type=file]").set_input_files(str(ROOT / "assets" /
+                                                                         "declaration-of-independence.md"))
+            status = page.locator("#doc-status")
+            status.get_by_text("document tokens").wait_for(timeout=120_000)
+            assert "kept by the serving engine" in status.inner_text()
+            assert "serving engine at 127.0.0.1" in page.locator("#promise").inner_text()
+            for n, question in enumerate(["What rights are unalienable?", "What do the signers pledge?"]):
+                page.locator("#question textarea").fill(question)
+                page.locator("#ask").click()
+                page.wait_for_function(
+                    "n => document.querySelectorAll('[data-testid=\"bot\"]').length > n && "
+                    "document.querySelectorAll('[data-testid=\"bot\"]')[n].innerText.includes('first token')",
+                    arg=n, timeout=120_000)
+                answer = page.locator('[data-testid="bot"]').nth(n).inner_text()
+                assert "prompt tokens from the server's prefix cache" in answer, answer
+        finally:
+            browser.close()
 
 
 def test_each_answer_says_what_came_from_the_servers_cache_or_that_the_server_did_not_say():
