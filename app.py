@@ -40,7 +40,8 @@ def latency_line(timings, *, stop_reason: str = "eos") -> str:
         speedup = f", ~{t.draft_speedup:.1f}x" if t.draft_speedup else ""
         drafted = f" · drafting: {t.drafted_per_step:.2f} tokens kept per step{speedup}"
     return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{server_cache_note(t)}{STOP_NOTES.get(stop_reason, '')}</sub>")
+            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{server_cache_note(t)}"
+            f"{STOP_NOTES.get(stop_reason, '')}</sub>")
 
 
 def server_cache_note(t) -> str:
