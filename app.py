@@ -46,7 +46,18 @@ def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0) -> str:
         drafted = f" · drafting: {t.drafted_per_step:.2f} tokens kept per step{speedup}"
     after = f" · read after {follows} earlier turn{'s' * (follows != 1)}" if follows else ""
     return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{STOP_NOTES.get(stop_reason, '')}{after}</sub>")
+            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{server_cache_note(t)}"
+            f"{STOP_NOTES.get(stop_reason, '')}{after}</sub>")
+
+
+def server_cache_note(t) -> str:
+    """For answers from a serving engine: how much of the prompt came from its prefix cache, or that it did not say."""
+    if t.prompt_tokens is None:
+        return ""
+    if t.cached_tokens is None:
+        return (" · the server did not say how much came from its prefix cache (vLLM: "
+                "--enable-prompt-tokens-details; SGLang: --enable-cache-report)")
+    return f" · {t.cached_tokens:,} of {t.prompt_tokens:,} prompt tokens from the server's prefix cache"
 
 
 def sources_block(sources) -> str:
@@ -242,8 +253,8 @@ class KvqaApp:
             f"{self.config.model_reason if session.engine is self.engine else 'chosen in the app'}\n"
             f"- document tokens: **{doc.tokens:,}**\n"
             f"- {cache_origin(session)}{rate}\n"
-            f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} question "
-            f"and answer tokens)\n"
+            + (f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} "
+               f"question and answer tokens)\n" if doc.cache_bytes else "- cache: kept by the serving engine\n") +
             f"- memory for all sessions' caches: {self.budget.used_bytes / 2**20:,.0f} of "
             f"{self.budget.limit_bytes / 2**20:,.0f} MB in use"
         )

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
-    flags = ("model", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens", "temperature",
-             "repeat_stop", "draft_tokens", "compile")
+    flags = ("model", "engine_url", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens",
+             "temperature", "repeat_stop", "draft_tokens", "compile")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -126,6 +126,7 @@ def _ask(args: argparse.Namespace) -> int:
             "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
             "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
             "sources": [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in answer.sources],
+            **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {}),  # a server's own count
         })
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
@@ -182,6 +183,11 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                    "(CUDA graphs on a GPU); the first answer pays the compile (default: off, or $KVQA_COMPILE)")
 
 
+def _add_engine_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine-url", help="answer on an OpenAI-compatible server instead, e.g. http://127.0.0.1:8080/v1 "
+                   "(default: $KVQA_ENGINE_URL; its model: $KVQA_ENGINE_MODEL, key: $KVQA_ENGINE_API_KEY)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kvqa", description="Ask questions about a long document; "
                                      "the document is read by the model once.")
@@ -193,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--chars", help="a text's characters to read, like 1-40000 (default: all, or the first that fit)")
     ask.add_argument("-q", "--question", action="append", required=True, help="a question (repeat for more)")
     _add_model_flags(ask)
+    _add_engine_flag(ask)
     ask.add_argument("--max-new-tokens", type=int, help="longest answer in tokens (default 256)")
     ask.add_argument("--max-question-tokens", type=int, help="longest question in tokens (default 512)")
     ask.add_argument("--chunk-size", type=int, help="prefill chunk in tokens (default 512)")
@@ -226,6 +233,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.set_defaults(run=_bench)
     doctor = commands.add_parser("doctor", help="show what kvqa will use here, and how to fix what is wrong")
     _add_model_flags(doctor)
+    _add_engine_flag(doctor)
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(run=_doctor)
     return parser

@@ -43,6 +43,10 @@ class Config:
     model_reason: str = "the default"  # why this model: named by KVQA_MODEL / --model, or chosen for the machine
     store_mb: float = 2048.0  # the disk tier of prefilled caches, least recently used out past this; 0: off
     store_dir: Path | None = None  # where it lives; None: cache_dir / "store"
+    engine_url: str = ""  # an OpenAI-compatible server (".../v1") answers instead of this process; "": local
+    engine_model: str = ""  # the server's model name; "": the first one it lists
+    engine_api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
+    engine_timeout_s: float = 300.0  # give up when the server sends nothing for this long
 
     @property
     def reserve_tokens(self) -> int:
@@ -66,7 +70,8 @@ ENVIRONMENT = {
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
     "draft_tokens": "KVQA_DRAFT_TOKENS", "compile": "KVQA_COMPILE", "store_mb": "KVQA_STORE_MB",
-    "store_dir": "KVQA_STORE_DIR",
+    "store_dir": "KVQA_STORE_DIR", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
+    "engine_api_key": "KVQA_ENGINE_API_KEY", "engine_timeout_s": "KVQA_ENGINE_TIMEOUT",
 }
 _KINDS = {"store_dir": Path}  # settings whose default (None) does not tell their type
 
@@ -135,7 +140,7 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
-               "caches_per_client", "sessions_per_client", "session_ttl_s")
+               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     if config.compile not in ("off", "on"):
         raise KvqaError(f"KVQA_COMPILE must be on or off, not '{config.compile}'.")
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]

@@ -27,6 +27,10 @@ class Check:
 
 def diagnose(config: Config, environ) -> list[Check]:
     """Every setting kvqa would use, each with a problem and its fix where there is one."""
+    if config.engine_url:  # a serving engine computes: nothing of this machine's model, device or memory matters
+        from .engines import remote_status
+
+        return [Check(*line) for line in remote_status(config)]
     checks = [Check("model", f"{config.model} ({config.model_reason})")]
     model_config, source = None, None
     if config.model == DEFAULT_MODEL:

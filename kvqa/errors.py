@@ -32,3 +32,27 @@ class BusyError(KvqaError):
 
 class OutOfMemory(KvqaError):
     """The machine ran out of memory while working; the session is kept as it was."""
+
+
+class EngineError(KvqaError):
+    """A serving engine (--engine-url) failed or refused the request; the session is kept as it was."""
+
+
+class EngineUnreachable(EngineError):
+    """No server answers at the engine URL."""
+
+
+class EngineRefused(EngineError):
+    """The server refused the request: the API key, the model name, or the URL's path."""
+
+
+class EngineBusy(EngineError):
+    """The server is overloaded (429, 503): asking again later may work."""
+
+
+class EngineTimeout(EngineError):
+    """The server sent nothing for longer than the timeout."""
+
+
+class EngineDisconnected(EngineError):
+    """The connection to the server dropped in the middle of an answer."""

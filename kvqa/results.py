@@ -72,9 +72,11 @@ class PrefilledDocument:
     time use it."""
 
     document: Document
-    prompt: ChatPrompt  # the template split around document and question, with the date fixed at prefill
-    ids: tuple[int, ...]  # the prefix token ids the cache was computed from; never re-tokenized
-    cache: object  # the engine's cache (a KVCache for local engines): len(ids) tokens plus a reserve
+    prompt: ChatPrompt | None  # the template split around document and question, with the date fixed at prefill
+    #                            (None for a serving engine, which applies its own template)
+    ids: tuple[int, ...]  # the prefix token ids the cache was computed from; never re-tokenized (a serving engine: ())
+    cache: object  # the engine's cache (a KVCache for local engines): len(ids) tokens plus a reserve; a serving
+    #                engine's is on the server, and this is what re-finds it there
     cache_bytes: int  # what the cache holds in memory, its reserve included
     prefill_s: float
     model_name: str
@@ -82,12 +84,13 @@ class PrefilledDocument:
     max_new_tokens: int
     cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
     #                                "memory" (shared with another session); prefill_s is what that took
+    token_count: int | None = None  # a serving engine: the prefix's tokens as the server counted them (no ids here)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
 
     @property
     def tokens(self) -> int:
-        return len(self.ids)
+        return len(self.ids) if self.token_count is None else self.token_count
 
     @property
     def tokens_per_s(self) -> float:

@@ -35,6 +35,9 @@ class Timings:
     decode_steps: int = 0  # forwards after the first token (each one token, or one token and its drafted guesses)
     drafted_tokens: int = 0  # tokens that came from drafting (guesses the model agreed with)
     single_step_s: float = 0.0  # mean time of this answer's one-token steps (no guesses): a step without drafting
+    prompt_tokens: int | None = None  # a serving engine: the whole prompt as the server counted it
+    cached_tokens: int | None = None  # a serving engine: prompt tokens it took from its prefix cache; None: it did
+    #                                   not say (which is not 0)
 
     @property
     def draft_speedup(self) -> float | None:

@@ -2,6 +2,8 @@
 
 - `local`: transformers in this process (kvqa's exact engine).
 - `zerogpu`: the local engine's work inside Hugging Face ZeroGPU's @spaces.GPU functions.
+- `remote`: an OpenAI-compatible serving engine (vLLM, SGLang, llama.cpp) at config.engine_url, with its own
+  prefix cache.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from ..config import Config
 from .base import Engine, EngineInfo
 from .local import LocalEngine
 
-__all__ = ["Engine", "EngineInfo", "LocalEngine", "make_engine", "zerogpu_status"]
+__all__ = ["Engine", "EngineInfo", "LocalEngine", "make_engine", "remote_status", "zerogpu_status"]
 
 
 def _zerogpu(environ: Mapping[str, str]) -> bool:
@@ -24,10 +26,14 @@ def _zerogpu(environ: Mapping[str, str]) -> bool:
 
 
 def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=None, store=None) -> Engine:
-    """The engine for these settings on this machine: ZeroGPU where it is active, else local. The model loads on
-    first use (or call engine.load()). `lm` hands the local engine an already loaded model; `store` (a
-    kvqa.store.KVStore) gives the local engine a disk tier of prefilled caches."""
+    """The engine for these settings on this machine: the server at config.engine_url when set, else ZeroGPU where
+    it is active, else local. The model loads on first use (or call engine.load()). `lm` hands the local engine an
+    already loaded model; `store` (a kvqa.store.KVStore) gives the local engine a disk tier of prefilled caches."""
     environ = os.environ if environ is None else environ
+    if config.engine_url:
+        from .remote import RemoteEngine
+
+        return RemoteEngine(config)
     if _zerogpu(environ):
         import spaces
 
@@ -49,3 +55,25 @@ def zerogpu_status(environ: Mapping[str, str] | None = None) -> str:
     if importlib.util.find_spec("spaces") is not None:
         return "not active (spaces is installed, but SPACES_ZERO_GPU is not set)"
     return "not active (the spaces package is not installed)"
+
+
+def remote_status(config: Config) -> list[tuple[str, str, str | None]]:
+    """(name, value, problem) lines for `doctor` when a serving engine is configured: its URL and model, checked
+    by asking the server; the problem says what to do."""
+    from ..errors import KvqaError
+    from .remote import RemoteEngine
+
+    engine = RemoteEngine(config)
+    lines = [("engine", f"remote: {engine.url}", None)]
+    try:
+        info = engine.load()
+    except KvqaError as e:
+        return [*lines, ("server model", config.engine_model or "(the first it lists)", str(e))]
+    finally:
+        engine.close()
+    context = f"{info.context_tokens:,} tokens" if info.context_tokens else "not reported"
+    return [*lines, ("server model", info.model, None), ("context", context, None),
+            ("API key", "set" if config.engine_api_key else "not set", None),
+            ("prefix cache", "the server's own; each answer shows the prompt tokens it took from it, where the server "
+             "reports them", None),
+            ("promise", info.guarantee, None)]

@@ -1,0 +1,354 @@
+"""The remote engine: a serving engine elsewhere (vLLM, SGLang, llama.cpp's llama-server...) behind the
+OpenAI-compatible chat completions API, keeping document prefixes in its own prefix cache.
+
+prefill() sends the document's system message once with a one-token completion, so the server computes and caches
+the document's prefix; it reports how long that took and the prompt tokens the server counted. stream() sends the
+byte-identical system message plus the question as a user turn, streamed: the server finds the document's prefix in
+its cache and computes only the rest. The server applies its own chat template, so messages are sent, not ids.
+
+Nothing is cached in this process (cache_bytes is 0): the server keeps, evicts and shares prefixes as it sees fit,
+so this engine promises neither a bit-identical cache nor answers token-identical to a recompute. What the server
+says it took from its cache is reported per answer (Timings.cached_tokens): `usage.prompt_tokens_details
+.cached_tokens` (vLLM with --enable-prompt-tokens-details, SGLang with --enable-cache-report, llama.cpp), else
+llama.cpp's `timings.cache_n`; a server that says nothing gives None, never 0.
+
+Every failure is an EngineError (or DocumentTooLong for a document over the server's context) whose message says
+what to do; no request is retried, so a streamed answer is never sent twice. Closing an answer's stream (Stop, a
+client gone) closes its HTTP response, and the server aborts the request.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from ..config import Config
+from ..documents import Document
+from ..errors import (DocumentTooLong, EngineBusy, EngineDisconnected, EngineError, EngineRefused, EngineTimeout,
+                      EngineUnreachable, QuestionError)
+from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, system_text
+from ..results import Answer, AnswerStream, PrefilledDocument
+from ..timing import Timings
+from .base import EngineInfo
+from .local import with_sources
+
+CONNECT_TIMEOUT_S = 10.0  # a server that does not accept the connection this fast is not there
+CACHE_FLAGS = ("the server does not report cached tokens: vLLM needs --enable-prompt-tokens-details, SGLang "
+               "--enable-cache-report (llama.cpp's llama-server reports them)")
+
+
+@dataclass(frozen=True)
+class ServerPrefix:
+    """What a remote PrefilledDocument holds instead of a cache: the message that finds the prefix on the server."""
+
+    system: str  # the system message, byte for byte what every question sends
+    prompt_tokens: int  # the prefill's prompt as the server counted it (the template's tokens included)
+    cached_tokens: int | None  # of those, the ones the server already had (None: it did not say)
+
+
+def guarantee(model: str, where: str) -> str:
+    return (f"Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own "
+            "cache, so kvqa promises no bit-identical cache and no answers token-identical to a recompute: the "
+            "server's batching and kernels may change an answer.")
+
+
+class RemoteEngine:
+    """An OpenAI-compatible server answers; this process sends messages and measures."""
+
+    kind = "remote"
+
+    def __init__(self, config: Config, *, transport: httpx.BaseTransport | None = None):
+        self.config = config
+        self.url = config.engine_url.rstrip("/")
+        self.where = urlsplit(self.url).netloc or self.url
+        headers = {"Authorization": f"Bearer {config.engine_api_key}"} if config.engine_api_key else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
+                                  timeout=httpx.Timeout(config.engine_timeout_s, connect=CONNECT_TIMEOUT_S))
+        self._info: EngineInfo | None = None
+
+    # ---- the engine seam
+
+    def load(self) -> EngineInfo:
+        """Ask the server which models it serves (GET /models): fails at once, in one line, when the URL, the key
+        or the model name is wrong."""
+        if self._info is not None:
+            return self._info
+        started = time.perf_counter()
+        with self._errors("listing its models"):
+            response = self._http.get("/models")
+            self._check(response, doing="listing its models")
+        try:
+            listed = response.json()["data"]
+            names = [m["id"] for m in listed]
+        except (ValueError, KeyError, TypeError):
+            raise EngineRefused(f"{self.url}/models did not answer like an OpenAI-compatible server: check "
+                                "KVQA_ENGINE_URL (it usually ends in /v1).") from None
+        model = self.config.engine_model or (names[0] if names else "")
+        if not model or model not in names:
+            served = ", ".join(names) or "none"
+            raise EngineRefused(f"The server at {self.where} serves no model named '{model}' (it serves: {served}): "
+                                "set KVQA_ENGINE_MODEL to one of those.")
+        entry = listed[names.index(model)]
+        self._info = EngineInfo(
+            kind=self.kind, model=model, device=f"server {self.where}", dtype="as served", attention="server's",
+            context_tokens=_context_of(entry), load_s=time.perf_counter() - started,
+            cache_device="cpu",  # caches live on the server; here a document costs its text only (cache_bytes 0)
+            exact_vs_recompute=False, guarantee=guarantee(model, self.where))
+        return self._info
+
+    @property
+    def info(self) -> EngineInfo:
+        return self.load()
+
+    def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
+                admit: Callable[[int], None] | None = None) -> PrefilledDocument:
+        """Send the document's system message once, for one token: the server reads and caches its prefix."""
+        model = self.info.model
+        if admit is not None:
+            admit(0)  # nothing is held in this process; the call keeps the per-client limits working
+        if progress is not None:
+            progress(0.0)
+        system = system_text(document.text)
+        body = {"model": model, "messages": [{"role": "system", "content": system}], "max_tokens": 1,
+                "temperature": 0.0, "stream": False}
+        started = time.perf_counter()
+        with self._errors("reading the document"):
+            response = self._http.post("/chat/completions", json=body)
+            self._check(response, doing="reading the document")
+        prefill_s = time.perf_counter() - started
+        completion = _json(response)
+        usage = completion.get("usage") or {}
+        prefix = ServerPrefix(system=system, prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                              cached_tokens=_cached_tokens(usage, completion.get("timings")))
+        if progress is not None:
+            progress(1.0)
+        return PrefilledDocument(
+            document=document, prompt=None, ids=(), cache=prefix, cache_bytes=0, prefill_s=prefill_s,
+            model_name=model, max_question_tokens=self.config.max_question_tokens,
+            max_new_tokens=self.config.max_new_tokens, token_count=prefix.prompt_tokens)
+
+    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
+               should_stop: Callable[[], bool] | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        """The same system message plus the question, streamed; the server takes the document from its cache."""
+        assert isinstance(doc.cache, ServerPrefix), "this document was prefilled by another engine"
+        limit = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if not 1 <= limit <= doc.max_new_tokens:
+            raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens}: got {limit}.")
+        pieces = self._answer(doc.cache.system, _checked(question), max_new_tokens=limit, should_stop=should_stop,
+                              used_cache=True, history=history)
+        return AnswerStream(with_sources(pieces, doc.document, question))
+
+    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
+                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        """The same request, asking the server not to use its prefix cache (llama.cpp: cache_prompt false; vLLM: a
+        fresh cache_salt). A server that ignores both says so in the answer's cached_tokens."""
+        pieces = self._answer(system_text(document.text), _checked(question),
+                              max_new_tokens=max_new_tokens or self.config.max_new_tokens, should_stop=should_stop,
+                              used_cache=False, history=history)
+        return AnswerStream(with_sources(pieces, document, question))
+
+    def count_tokens(self, text: str) -> int:
+        """The server's count (POST /tokenize, llama.cpp and vLLM); EngineError where it has none."""
+        if not text:
+            return 0
+        root = self.url.removesuffix("/v1")
+        with self._errors("counting tokens"):
+            response = self._http.post(f"{root}/tokenize", json={"content": text, "prompt": text,
+                                                                  "model": self.info.model})
+            self._check(response, doing="counting tokens")
+        return len(_json(response).get("tokens") or [])
+
+    def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
+        """The latest turns whose text fits in the question's room, at about 4 characters a token (the server's
+        count would cost a request per turn)."""
+        room, keep = 4 * doc.max_question_tokens - len(question), 0
+        for q, a in reversed(history):
+            room -= len(q) + len(a)
+            if room < 0:
+                break
+            keep += 1
+        return keep
+
+    def close(self) -> None:
+        self._http.close()
+
+    # ---- one answer
+
+    def _answer(self, system: str, question: str, *, max_new_tokens: int, should_stop: Callable[[], bool] | None,
+                used_cache: bool, history: Sequence[tuple[str, str]] = ()) -> Generator[str, None, Answer]:
+        """Stream one answer; yields text, returns the Answer. Leaving early closes the response: the server
+        aborts."""
+        body = {"model": self.info.model, "stream": True, "stream_options": {"include_usage": True},
+                "messages": [{"role": "system", "content": system},
+                             *({"role": role, "content": text} for turn in history
+                               for role, text in zip(("user", "assistant"), turn)),
+                             {"role": "user", "content": question}],
+                "max_tokens": max_new_tokens, "temperature": self.config.temperature}
+        if self.config.seed is not None:
+            body["seed"] = self.config.seed
+        if not used_cache:
+            body.update(cache_prompt=False, cache_salt=uuid.uuid4().hex)
+        text: list[str] = []
+        ttft = None
+        usage: dict = {}
+        timings = None
+        finish = None
+        chunks = 0
+        started = time.perf_counter()
+        with self._errors("answering"), self._http.stream("POST", "/chat/completions", json=body) as response:
+            self._check(response, doing="answering")
+            for event in _events(response):
+                if should_stop is not None and should_stop():
+                    finish = "stopped"
+                    break
+                if event is None:  # [DONE]
+                    break
+                usage = event.get("usage") or usage
+                timings = event.get("timings") or timings
+                for choice in event.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content") or ""
+                    finish = choice.get("finish_reason") or finish
+                    if piece:
+                        chunks += 1
+                        if ttft is None:
+                            ttft = time.perf_counter() - started
+                        text.append(piece)
+                        yield piece
+            else:
+                if finish is None:  # the body ended without [DONE] and without a finish reason
+                    raise EngineDisconnected(self._dropped())
+        answer_s = time.perf_counter() - started
+        prompt_tokens = usage.get("prompt_tokens")
+        cached = _cached_tokens(usage, timings)
+        computed = prompt_tokens - cached if prompt_tokens is not None and cached is not None else prompt_tokens
+        new_tokens = usage.get("completion_tokens") or (timings or {}).get("predicted_n") or chunks
+        stop_reason = {"stop": "eos", "length": "length", "stopped": "stopped"}.get(finish, "eos")
+        return Answer(question=question, text="".join(text), token_ids=(), stop_reason=stop_reason,
+                      used_cache=used_cache,
+                      timings=Timings(question_tokens=computed or 0, new_tokens=int(new_tokens),
+                                      ttft_s=ttft if ttft is not None else answer_s, answer_s=answer_s,
+                                      prompt_tokens=prompt_tokens, cached_tokens=cached))
+
+    # ---- failures, each with what to do
+
+    def _dropped(self) -> str:
+        return (f"The connection to the server at {self.where} dropped in the middle of the answer (was it stopped "
+                "or restarted?): ask again once it is back; your document and chat are kept.")
+
+    @contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        """Transport failures as EngineErrors that say what to do."""
+        try:
+            yield
+        except httpx.ConnectError:
+            raise EngineUnreachable(f"No server answers at {self.url} while {doing}: start it (see the README, "
+                                    "Serving engines) or correct KVQA_ENGINE_URL / --engine-url.") from None
+        except httpx.TimeoutException:
+            raise EngineTimeout(f"The server at {self.where} sent nothing for {self.config.engine_timeout_s:.0f} s "
+                                f"while {doing}: it may be overloaded; try again later, or raise "
+                                "KVQA_ENGINE_TIMEOUT.") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            raise EngineDisconnected(self._dropped() if doing == "answering" else
+                                     f"The connection to the server at {self.where} dropped while {doing}: try "
+                                     "again once it is back.") from None
+
+    def _check(self, response: httpx.Response, *, doing: str) -> None:
+        """Raise the EngineError (or DocumentTooLong) for an HTTP error status."""
+        status = response.status_code
+        if status < 400:
+            return
+        response.read()
+        message = _error_message(response)
+        if status in (401, 403):
+            raise EngineRefused(f"The server at {self.where} refused the API key ({status}: {message}): set "
+                                "KVQA_ENGINE_API_KEY to a key it accepts.")
+        if status == 404:
+            if "model" in message.lower():
+                raise EngineRefused(f"The server at {self.where} has no model '{self.config.engine_model}' "
+                                    f"({message}): set KVQA_ENGINE_MODEL to one it lists at {self.url}/models.")
+            raise EngineRefused(f"{self.url} has no OpenAI-compatible API (404 while {doing}): check "
+                                "KVQA_ENGINE_URL; it usually ends in /v1.")
+        if status in (429, 503):
+            raise EngineBusy(f"The server at {self.where} is overloaded ({status}: {message}): wait a moment and "
+                             "try again.")
+        if status == 400 and "context" in message.lower():
+            raise DocumentTooLong(f"The document{' and question' if doing == 'answering' else ''} do not fit in "
+                                  f"the server's context ({message}). Load a shorter document, or start the server "
+                                  "with a longer context (llama-server -c N, vLLM --max-model-len N).")
+        raise EngineError(f"The server at {self.where} answered {status} while {doing}: {message}")
+
+
+# ---- the wire format
+
+def _checked(question: str) -> str:
+    """The question, or QuestionError when it is empty or too long (the server counts its tokens)."""
+    if not question or not question.strip():
+        raise QuestionError("The question is empty: type a question about the document.")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise QuestionError(f"The question is {len(question):,} characters; the limit is {MAX_QUESTION_CHARS:,}. "
+                            "Ask something shorter.")
+    return question
+
+
+def _events(response: httpx.Response) -> Iterator[dict | None]:
+    """Server-sent events of a streamed completion as dicts; None for the closing [DONE]."""
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue  # blank separators, comments, event names
+        data = line[len("data:"):].strip()
+        if data == "[DONE]":
+            yield None
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("error"):
+            raise EngineError(f"The server failed in the middle of the answer: {_describe(event['error'])}")
+        yield event
+
+
+def _cached_tokens(usage: dict, timings: dict | None) -> int | None:
+    """Prompt tokens the server took from its prefix cache, as it reports them; None when it does not say."""
+    details = usage.get("prompt_tokens_details") or {}
+    if details.get("cached_tokens") is not None:
+        return int(details["cached_tokens"])
+    if timings and timings.get("cache_n") is not None:  # llama.cpp
+        return int(timings["cache_n"])
+    return None
+
+
+def _context_of(entry: dict) -> int:
+    """The model's context length where /models says it (vLLM: max_model_len; llama.cpp: meta.n_ctx_train)."""
+    meta = entry.get("meta") or {}
+    return int(entry.get("max_model_len") or meta.get("n_ctx") or meta.get("n_ctx_train") or 0)
+
+
+def _json(response: httpx.Response) -> dict:
+    try:
+        body = response.json()
+    except ValueError:
+        raise EngineError("The server's answer was not JSON: is KVQA_ENGINE_URL an OpenAI-compatible API?") from None
+    return body if isinstance(body, dict) else {}
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return _describe(response.json().get("error") or response.json())
+    except (ValueError, AttributeError):
+        return response.text.strip()[:200] or response.reason_phrase
+
+
+def _describe(error) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("detail") or error)[:300]
+    return str(error)[:300]
