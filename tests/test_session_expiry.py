@@ -39,7 +39,9 @@ def test_memory_returns_near_its_baseline_after_sessions_expire(monkeypatch, def
             cache_bytes += nbytes
             written += nbytes * tokens // (tokens + RESERVE)  # the reserve's pages are never touched: not resident
         loaded = rss(server.pid)
-        assert loaded - baseline > 0.5 * written, (baseline, loaded, written)
+        # the caches must show in RSS for the check below to mean anything; not all of them do: the allocator may
+        # reuse pages the warm-up session freed (seen once at 0.49 of `written` on a loaded machine)
+        assert loaded - baseline > 0.35 * written, (baseline, loaded, written)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and rss(server.pid) - baseline > 0.25 * (loaded - baseline):
             time.sleep(1)
