@@ -354,6 +354,7 @@ def run_call(job, call: Call, submitted: datetime, deadline: float, stop: thread
 class SessionRun:
     index: int
     questions: list[str]
+    document: int = -1  # whose document it reads: its own (-1), or one all sessions share (--shared)
     calls: list[Call] = field(default_factory=list)
     error: str | None = None  # why the session could not start (connect or prefill)
 
@@ -373,7 +374,8 @@ def run_session(run: SessionRun, url: str, start: threading.Barrier, deadline: f
         with lock:
             run.calls.append(prefill)
         submitted = datetime.now()
-        run_call(client.submit(text=document(run.index), api_name="/prefill"), prefill, submitted, deadline, stop)
+        text = document(run.index if run.document < 0 else run.document)
+        run_call(client.submit(text=text, api_name="/prefill"), prefill, submitted, deadline, stop)
         if prefill.state != "answered":
             run.error = prefill.error or "prefill cancelled"
             return
@@ -440,7 +442,8 @@ def summarize(runs: list[SessionRun], *, sessions: int, questions_per_session: i
     failed = [c for c in asks if c.state == "failed"]
     cross = []
     for c in answered:
-        why = check_answer(c, c.session, sessions)
+        owner = next((r.document for r in runs if r.index == c.session), -1)
+        why = check_answer(c, c.session if owner < 0 else owner, sessions)
         if why:
             cross.append({"session": c.session, "question": c.question, "answer": c.answer, "why": why})
     errors = [f"session {c.session} {c.endpoint}: {c.error}" for c in prefills + failed if c.error]
@@ -539,6 +542,8 @@ def parse_args(argv):
     parser.add_argument("--concurrency", type=int, default=None,
                         help="answers computed at once by the launched server (app.py --concurrency; default: app's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    parser.add_argument("--shared", action="store_true", help="every session reads the same document (session 0's): "
+                        "one prefill shared by all (issue 14)")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be between 1 and {MAX_SESSIONS}")
@@ -575,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _sigterm) if in_main else None  # SIGTERM stops the server too
     server = sampler = None
     stop = threading.Event()
-    runs = [SessionRun(i, questions(args.questions)) for i in range(args.sessions)]
+    runs = [SessionRun(i, questions(args.questions), document=0 if args.shared else -1) for i in range(args.sessions)]
     error = None
     interrupted = False
     unfinished = 0
