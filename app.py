@@ -188,8 +188,10 @@ class KvqaApp:
                 self._budget = budget_for(self.engine, self.config)
             return self._budget
 
-    def new_session(self, session: Session | None, request: gr.Request | None) -> Session:
-        """The session in state, or a new one for this client; refused past the per-client number of documents."""
+    def new_session(self, session: Session | None, request: gr.Request | None, *,
+                    engine: Engine | None = None) -> Session:
+        """The session in state, or a new one for this client (with `engine`, else the first model's); refused past
+        the per-client number of documents."""
         if session is not None:
             return session
         client = client_of(request, behind_proxy=self.behind_proxy)
@@ -199,7 +201,7 @@ class KvqaApp:
             if sum(1 for s in list(mine) if s.document is not None) >= limit:
                 raise KvqaError(f"Your address already has {limit} documents open in other tabs or clients: close "
                                 "some, or wait for them to expire, then try again.")
-            session = Session(self.engine, self.budget, client=client, shared=self.shared)
+            session = Session(engine or self.engine, self.budget, client=client, shared=self.shared)
             mine.add(session)
         return session
 
@@ -220,8 +222,7 @@ class KvqaApp:
                 return {}
             progress(0, desc=f"Loading {model}")
             engine.load()
-            fresh = Session(engine, self.budget, client=client_of(request, behind_proxy=self.behind_proxy),
-                            shared=self.shared)
+            fresh = self.new_session(None, request, engine=engine)
             if session is not None and session.source is not None:
                 fresh.load(session.source, progress=lambda f: progress(f, desc="Reading the document again"))
         except KvqaError as e:
@@ -278,13 +279,10 @@ class KvqaApp:
                 raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is "
                                 f"{self.config.max_file_bytes:,}. Paste the part you need.")
             documents.append(document_from_text(text))
-        if problems and not documents:
-            raise KvqaError(problems[0] if len(problems) == 1 else "No file could be read. " + " ".join(problems))
-        if not documents:
-            raise KvqaError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+        document = combine(documents, problems=problems)  # raises when nothing could be read
         for problem in problems:
             gr.Warning(f"Skipped: {problem} The other files were read.")
-        return combine(documents)
+        return document
 
     def read(self, document, session, request, progress, *, part=None) -> tuple[Session, bool]:
         session = self.new_session(session, request)

@@ -60,11 +60,9 @@ def _ask(args: argparse.Namespace) -> int:
         else:
             loaded, failed = load_documents([doc], config=config)
             documents, problems = documents + loaded, problems + failed
-    if problems and not documents:
-        raise KvqaError(problems[0] if len(problems) == 1 else "No file could be read: " + " ".join(problems))
+    document = combine(documents, problems=problems)  # raises when nothing could be read
     for problem in problems:  # the others are still read
         print(f"kvqa: skipped: {problem}", file=sys.stderr)
-    document = combine(documents)
     if args.pages and args.chars:
         raise KvqaError("Give --pages or --chars, not both.")
     if args.pages and not document.page_starts:

@@ -66,9 +66,12 @@ def document_from_text(text: str, *, name: str = "pasted text") -> Document:
     return Document(name=name, text=text)
 
 
-def combine(documents: Sequence[Document]) -> Document:
+def combine(documents: Sequence[Document], *, problems: Sequence[str] = ()) -> Document:
     """Several documents read as one (one prefill): each headed by its name, so answers can say where they come
-    from. A single document is returned as it is."""
+    from. A single document is returned as it is. problems: why other files could not be read (load_documents);
+    they are the error when no document is left."""
+    if not documents and problems:
+        raise DocumentError(problems[0] if len(problems) == 1 else "No file could be read. " + " ".join(problems))
     if not documents:
         raise DocumentError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
     if len(documents) == 1:

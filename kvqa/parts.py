@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 
-from .documents import PAGE_BREAK, Document, Part
+from .documents import Document, Part
 from .errors import DocumentError, DocumentTooLong
 from .prompt import system_text
 from .results import PrefilledDocument
@@ -33,7 +33,7 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
     if not m or not (m.group(1) or m.group(2)):
         raise DocumentError(f"'{text}' is not a range of {unit}: type it like 14-27 (or 14- to read to the end).")
     first = int(m.group(1).replace(",", "")) if m.group(1).replace(",", "") else 1
-    dash = m.group(2) is not None or "-" in text
+    dash = m.group(2) is not None  # "14-": to the end
     last_text = (m.group(2) or "").replace(",", "")
     last = int(last_text) if last_text else (total if dash else first)
     if not 1 <= first <= last <= total:
@@ -104,13 +104,17 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
         too_long = error
     # a unit of room / 4 characters fits even at 3 tokens a character (rare CJK in byte-level vocabularies)
     spans = units(document, first, last, max_chars=max(100, min(MAX_UNIT_CHARS, too_long.limit // 4)))
+    counts: list[int] = []  # each unit's tokens, counted once
     if too_long.tokens:  # the prompt around the document: instructions, template, date line
-        overhead = max(too_long.tokens - sum(count_tokens(span_text(document, s)) for s in spans), 0)
+        counts = [count_tokens(span_text(document, s)) for s in spans]
+        overhead = max(too_long.tokens - sum(counts), 0)
     else:  # refused unread (far too long): count only the units that may fit
         overhead = count_tokens(system_text("")) + 32
     room, used, take = too_long.limit - overhead, 0, 0
     while take < len(spans):
-        used += count_tokens(span_text(document, spans[take]))
+        if take == len(counts):
+            counts.append(count_tokens(span_text(document, spans[take])))
+        used += counts[take]
         if used > room:
             break
         take += 1
@@ -143,4 +147,4 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
             "another part.")
 
 
-__all__ = ["PAGE_BREAK", "notice", "parse_range", "prefill_part", "select", "units"]
+__all__ = ["notice", "parse_range", "prefill_part", "select", "units"]

@@ -97,7 +97,7 @@ class ChatPrompt:
         placeholders = [f"kvqaTURN{i}kvqa" for i in range(len(contents))]
         skeleton = _render_turns(self.tokenizer, _DOC, placeholders, self.date_string)
         head = self.pre + _DOC + self.mid
-        if not skeleton.startswith(head) or not skeleton.startswith(head + placeholders[0]):
+        if not skeleton.startswith(head + placeholders[0]):
             raise ModelError(_NO_CONVERSATION)
         between = re.split("|".join(placeholders), skeleton[len(head):])  # around each turn's content
         if len(between) != len(contents) + 1 or between[0]:
@@ -131,13 +131,12 @@ class ChatPrompt:
                                 "shorter" + (", or start a new conversation." if history else "."))
         return ids
 
-    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> tuple[int, list[int]]:
-        """(turns kept, ids): the question after as many of the latest turns of `history` as fit in `limit` tokens."""
+    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
+        """How many of the latest turns of `history` fit with the question in `limit` tokens (0: none)."""
         for keep in range(len(history), 0, -1):
-            ids = self.conversation_ids(history[len(history) - keep:], question)
-            if len(ids) <= limit:
-                return keep, ids
-        return 0, self.question_ids(question, limit=limit)
+            if len(self.conversation_ids(history[len(history) - keep:], question)) <= limit:
+                return keep
+        return 0
 
     def check(self) -> None:
         """Raise ModelError unless prefix + suffix ids equal the whole conversation tokenized in one go, for a

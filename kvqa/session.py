@@ -13,12 +13,12 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .parts import notice, prefill_part
 from .budget import CacheBudget
 from .documents import Document
 from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
+from .parts import notice, prefill_part
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source

@@ -206,7 +206,17 @@ def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
         assert switched.source.text == session.source.text and switched.prefilled.model_name == "tiny-llama"
         assert session.prefilled is None  # the old session's cache is freed
         assert "tiny-llama" in shown[ui.promise_box]
+        assert switched in ui._sessions["local"]  # opened through new_session: per-client limits count it
         with pytest.warns(UserWarning, match="not offered here"):
             assert ui.on_model("some/other-model", switched) == {}
     finally:
         switched.close()
+
+
+def test_when_no_file_can_be_read_the_error_names_each():
+    from kvqa.documents import combine
+
+    with pytest.raises(kvqa.DocumentError, match="^No file could be read. a.pdf: damaged b.txt: binary$"):
+        combine([], problems=["a.pdf: damaged", "b.txt: binary"])
+    with pytest.raises(kvqa.DocumentError, match="^a.pdf: damaged$"):
+        combine([], problems=["a.pdf: damaged"])

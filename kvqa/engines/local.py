@@ -52,10 +52,12 @@ def prefill(
     config: Config = Config(),
     progress: Callable[[float], None] | None = None,
     admit: Callable[[int], None] | None = None,
+    prefix: tuple[ChatPrompt, list[int]] | None = None,
 ) -> PrefilledDocument:
     """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each.
-    admit(bytes), if given, is called before the cache is allocated and may refuse it by raising."""
-    steps = prefill_steps(lm, document, config=config, admit=admit)
+    admit(bytes), if given, is called before the cache is allocated and may refuse it by raising. prefix: see
+    prefill_steps."""
+    steps = prefill_steps(lm, document, config=config, admit=admit, prefix=prefix)
     while True:
         try:
             fraction = next(steps)
@@ -149,9 +151,10 @@ def stream(
     history: Sequence[tuple[str, str]] = (),
 ) -> AnswerStream:
     """Answer from the prefilled cache, streaming; the cache is left as it was. history: earlier (question, answer)
-    turns the question follows up on, read after the document (and, like the question, never kept in its cache). should_stop() is checked before each
-    new token; when it says so the answer ends with stop_reason "stopped". repeat_stop, draft: see decode_n_tokens.
-    The Answer carries the passages it relies on. Bad questions raise here, at once."""
+    turns the question follows up on, read after the document (and, like the question, never kept in its cache).
+    should_stop() is checked before each new token; when it says so the answer ends with stop_reason "stopped".
+    repeat_stop, draft: see decode_n_tokens. The Answer carries the passages it relies on. Bad questions raise here,
+    at once."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
@@ -445,7 +448,7 @@ class LocalEngine:
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         """How many of the latest turns of `history` fit before the question in the room the cache keeps."""
-        return doc.prompt.remembered(history, question, limit=doc.max_question_tokens)[0]
+        return doc.prompt.remembered(history, question, limit=doc.max_question_tokens)
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0

@@ -15,7 +15,7 @@ from ..prompt import ChatPrompt
 from ..results import PrefilledDocument
 from ..store import CacheKey, KVStore, StoredCache, text_sha256, weights_fingerprint
 from ..timing import now
-from .local import LocalEngine, check_fits, out_of_memory_as_error, prefill_steps, prefix_of
+from .local import LocalEngine, check_fits, out_of_memory_as_error, prefill, prefix_of
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +48,7 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
             restored = None
         if restored is not None:
             return restored
-    steps = prefill_steps(lm, document, config=config, prefix=(prompt, ids))
-    while True:
-        try:
-            fraction = next(steps)
-        except StopIteration as done:
-            doc = done.value
-            break
-        if progress is not None:
-            progress(fraction)
+    doc = prefill(lm, document, config=config, progress=progress, prefix=(prompt, ids))  # admitted above
     store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())  # views of the document's part only
     return doc
 
