@@ -102,3 +102,13 @@ def test_gpu_check_script_runs_end_to_end_on_a_tiny_model(tmp_path, default_lm):
         r["context_tokens"] for r in result["compiled"]["results"]]
     assert result["compiled"]["compiled_decode"] and not result["eager"]["compiled_decode"]
     assert all(r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0 for r in result["compiled"]["results"])
+
+
+def test_the_compiled_engine_promises_only_what_is_tested(tiny_lm):
+    """The one-forward comparison is tested for the eager step; with the compiled step only same-chunks is."""
+    from kvqa.engines import LocalEngine
+
+    compiled = dataclasses.replace(tiny_lm, decode_step=plain_step(tiny_lm))
+    info = LocalEngine(kvqa.Config(), lm=compiled).info
+    assert not info.exact_vs_recompute and "same chunks" in info.guarantee and "one go" not in info.guarantee
+    assert LocalEngine(kvqa.Config(), lm=tiny_lm).info.exact_vs_recompute

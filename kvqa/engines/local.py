@@ -386,10 +386,13 @@ def answer_without_cache(lm: LoadedModel, document: Document, question: str, **o
 
 # ---- the engine ---------------------------------------------------------------------------------------------------
 
-def guarantee(dtype: str) -> str:
-    """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py proves it."""
+def guarantee(dtype: str, *, compiled: bool = False) -> str:
+    """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py (and, for the compiled
+    decode step, tests/test_compile.py) prove it."""
     same = ("Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt "
             "again in the same chunks")
+    if compiled:  # test_compile.py proves the same-chunks promise only
+        return same + " (with the compiled decode step, which both ways use)."
     if dtype == "float32":
         return same + ", and token for token what it gives reading the whole prompt in one go (tested in float32)."
     return (same + f". Read in one go instead, the prompt rounds differently in {dtype}: answers can part ways "
@@ -424,8 +427,9 @@ class LocalEngine:
         dtype = str(lm.dtype).removeprefix("torch.")
         return EngineInfo(kind=self.kind, model=lm.name, device=lm.device.type, dtype=dtype,
                           attention=lm.attn_implementation, context_tokens=lm.context_length, load_s=lm.load_s,
-                          cache_device=lm.device.type, exact_vs_recompute=dtype == "float32",
-                          guarantee=guarantee(dtype))
+                          cache_device=lm.device.type,
+                          exact_vs_recompute=dtype == "float32" and lm.decode_step is None,
+                          guarantee=guarantee(dtype, compiled=lm.decode_step is not None))
 
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
