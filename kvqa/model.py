@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import shutil
@@ -194,6 +195,11 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
             compile: bool = False) -> LoadedModel:
     """Check a model is supported, move it to its device in eval mode, and describe it. compile: decode through
     compiled_decode_step()."""
+    if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
+        import transformers
+
+        raise ModelError(f"kvqa needs transformers 5.24 or newer (this is {transformers.__version__}, whose models "
+                         "take past_key_values): pip install -r requirements.txt")
     reason = unsupported_reason(model.config)
     if reason:
         raise ModelError(f"kvqa does not support {name}: {reason}. Choose a model with full attention in every "

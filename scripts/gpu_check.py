@@ -66,7 +66,8 @@ def exactness(lm: kvqa.LoadedModel, text: str, contexts: list[int], questions: l
 
 def summary_lines(result: dict) -> list[str]:
     out = [f"{result['model']} on {result['machine']['gpu'] or result['machine']['cpu']}, "
-           f"{result['machine']['dtype']}, torch {result['machine']['torch']}, {result['machine']['date']}",
+           f"{result['machine']['dtype']}, torch {result['machine']['torch']}, transformers "
+           f"{result['machine']['transformers']}, {result['machine']['date']}",
            f"memory read bandwidth {result['machine']['bandwidth_gb_s']:,.0f} GB/s"]
     for mode in ("eager", "compiled"):
         run = result[mode]

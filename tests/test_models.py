@@ -78,3 +78,18 @@ def test_hub_access_says_why_offline(monkeypatch):
     monkeypatch.setattr(huggingface_hub, "auth_check", offline)
     ok, why = _hub_access("meta-llama/Llama-3.2-3B-Instruct", "hf_x")
     assert not ok and "cannot be reached" in why
+
+
+def test_a_transformers_without_the_cache_argument_is_refused(default_lm):
+    """transformers before 5.24 names the argument past_key_values and swallows cache= unused (found on the GPU
+    machine's image, 5.17): the cache would stay empty. kvqa refuses such a model at load, saying what to install."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    class OldSignature(LlamaForCausalLM):
+        def forward(self, input_ids=None, past_key_values=None, **kwargs):
+            return super().forward(input_ids=input_ids, cache=past_key_values, **kwargs)
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=default_lm.tokenizer.vocab_size)
+    with pytest.raises(kvqa.ModelError, match="transformers 5.24 or newer.*pip install -r requirements.txt"):
+        prepare(OldSignature(config), default_lm.tokenizer, name="old", device=torch.device("cpu"))
