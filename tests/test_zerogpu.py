@@ -276,3 +276,18 @@ def test_with_the_store_off_answers_pickle_the_cache_as_before(default_lm, fake_
     crossed = len(fake_spaces["tensors"])
     session.ask(QUESTIONS[0]).answer
     assert len(fake_spaces["tensors"]) > crossed
+
+
+def test_the_handover_script_runs_on_small_settings():
+    """scripts/zerogpu_handover.py, which measured the README's table: the key crosses in kilobytes, the cache in
+    megabytes, and both give back the same cache (the script checks it)."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts" / "zerogpu_handover.py"
+    run = subprocess.run([sys.executable, str(script), "--contexts", "300", "--repeats", "1", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)
+    assert row["context_tokens"] <= 300 and row["key_bytes"] < 64 * 2**10 < 2**20 < row["pickle_bytes"]
