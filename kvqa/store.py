@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -107,7 +108,7 @@ class KVStore:
     def get(self, key: CacheKey, *, device: torch.device | str = "cpu") -> StoredCache | None:
         """The cache stored under `key`, checked from end to end; None (logged, the file removed) when there is
         none or it cannot be trusted."""
-        path = self._path(key)
+        path = self.path(key)
         started = time.perf_counter()
         try:
             found = self._read(path, key, torch.device(device))
@@ -149,14 +150,17 @@ class KVStore:
 
     # ---- writing --------------------------------------------------------------------------------------------------
 
-    def put(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors) -> None:
+    def put(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors) -> Future[bool]:
         """Write the cache in the background; `tensors` must not change afterwards (a document's part of a KVCache
-        never does). Returns at once; flush() waits for the writes."""
+        never does). Returns at once: the future says, when the write is over, whether the file was written;
+        flush() waits for every write."""
         with self._lock:
             if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(target=self._write_loop, name="kvqa-store", daemon=True)
                 self._writer.start()
-        self._queue.put((key, tuple(ids), date_string, tensors))
+        written: Future[bool] = Future()
+        self._queue.put((key, tuple(ids), date_string, tensors, written))
+        return written
 
     def flush(self) -> None:
         """Wait until every write asked for so far is done (or given up)."""
@@ -164,12 +168,14 @@ class KVStore:
 
     def _write_loop(self) -> None:
         while True:
-            key, ids, date_string, tensors = self._queue.get()
+            key, ids, date_string, tensors, written = self._queue.get()
+            ok = False
             try:
-                self.write(key, ids, date_string, tensors)
+                ok = self.write(key, ids, date_string, tensors)
             except Exception as e:  # never let the writer die: the cache is still in memory
                 log.warning("kvqa store: could not write a cache (%s: %s)", type(e).__name__, e)
             finally:
+                written.set_result(ok)
                 self._queue.task_done()
 
     def write(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors) -> bool:
@@ -188,7 +194,7 @@ class KVStore:
         meta = {"format": str(FORMAT), "key": json.dumps(asdict(key), sort_keys=True), "layers": str(len(tensors)),
                 "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "sha256": _checksum(named, [*_names(len(tensors)), "ids"])}
-        path = self._path(key)
+        path = self.path(key)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -249,7 +255,8 @@ class KVStore:
         finally:
             os.close(fd)
 
-    def _path(self, key: CacheKey) -> Path:
+    def path(self, key: CacheKey) -> Path:
+        """Where the cache stored under `key` lies (or would lie)."""
         return self.folder / f"{key.digest}{SUFFIX}"
 
     @staticmethod

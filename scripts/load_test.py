@@ -200,7 +200,8 @@ class Server:
             time.sleep(0.25)
         raise RuntimeError(f"app.py did not answer {self.url}{path} in time:\n{self.log_tail()}")
 
-    def stop(self) -> None:
+    def stop(self, *, keep_log: bool = False) -> None:
+        """End the server; its log is removed unless keep_log (then remove_log() later, or keep it to read)."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -209,6 +210,10 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         self.log.close()
+        if not keep_log:
+            self.remove_log()
+
+    def remove_log(self) -> None:
         try:
             os.unlink(self.log.name)
         except OSError:
@@ -520,6 +525,9 @@ def text_report(r: dict) -> str:
         lines.append(f"  error: {e}")
     for x in r["cross_talk_examples"]:
         lines.append(f"  cross-talk: session {x['session']} {x['question']!r} -> {x['answer']!r} ({x['why']})")
+    if r.get("server_log"):
+        lines.append(f"server log kept at {r['server_log']}; its last lines:")
+        lines += [f"  | {line}" for line in r["server_log_tail"].splitlines()]
     lines.append(f"note: {NOTE}")
     lines.append("result: " + ("OK" if r["ok"] else "FAILED"))
     return "\n".join(lines)
@@ -621,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         if sampler is not None:
             sampler.stop()
         if server is not None:
-            server.stop()
+            server.stop(keep_log=True)  # kept if the run failed: a server-side error's traceback is only there
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if run_start is not None and run_end is None:
@@ -647,6 +655,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     report["ok"] = (error is None and not interrupted and report["answered"] == report["planned"]
                     and report["failed"] == report["lost"] == report["cross_talk"] == 0)
+    if server is not None:
+        if report["ok"]:
+            server.remove_log()
+        else:  # Gradio hides an unexpected server error's message from clients: its traceback is in this log
+            report["server_log"], report["server_log_tail"] = server.log.name, server.log_tail(40)
     print(json.dumps(report) if args.json else text_report(report), flush=True)
     return 0 if report["ok"] else 1
 

@@ -101,8 +101,8 @@ def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, ca
     other_doc = kvqa.document_from_text("Another document entirely. " * 10)
     engine.prefill(other_doc)
     engine.store.flush()
-    this = engine.store._path(cache_key(tiny_lm, DOC, weights=engine.weights))
-    other = engine.store._path(cache_key(tiny_lm, other_doc, weights=engine.weights))
+    this = engine.store.path(cache_key(tiny_lm, DOC, weights=engine.weights))
+    other = engine.store.path(cache_key(tiny_lm, other_doc, weights=engine.weights))
     os.replace(other, this)
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
@@ -148,7 +148,7 @@ def test_a_foreign_format_version_is_a_miss(tiny_lm, tmp_path, monkeypatch, capl
     import kvqa.store as store
 
     monkeypatch.setattr(store, "FORMAT", FORMAT + 1)  # a newer kvqa wrote it (same file name)
-    engine.store._path(key).unlink()
+    engine.store.path(key).unlink()
     doc = engine.prefill(DOC)
     engine.store.flush()
     monkeypatch.setattr(store, "FORMAT", FORMAT)
@@ -188,6 +188,15 @@ def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog):
         assert "could not write" in caplog.text and list(folder.iterdir()) == []
     finally:
         folder.chmod(0o700)
+
+
+def test_put_says_when_and_whether_the_file_was_written(tiny_lm, tmp_path):
+    """The ZeroGPU engine hands answers the file only once its write has succeeded."""
+    engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
+    key = cache_key(tiny_lm, DOC, weights=engine.weights)
+    assert engine.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors()).result(timeout=60) is True
+    tiny = KVStore(tmp_path / "small", 1000)
+    assert tiny.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors()).result(timeout=60) is False
 
 
 def test_a_full_disk_leaves_no_partial_file(tiny_lm, tmp_path, monkeypatch, caplog):

@@ -1,5 +1,6 @@
 """ZeroGPU, as far as a machine without a GPU allows: a fake `spaces` whose decorator runs the function on pickled
-copies of its arguments and returns pickled copies of its results, as the real one does across processes."""
+copies of its arguments and returns pickled copies of its results, as the real one does across processes (a forked
+worker on the same disk, spaces 0.51), recording every tensor and byte that crosses."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import importlib
 import importlib.machinery
 import inspect
 import io
+import logging
 import pickle
 import sys
 import types
+from concurrent.futures import Future
 
 import pytest
 import torch
@@ -18,6 +21,7 @@ import kvqa
 from kvqa.engines import LocalEngine, make_engine, zerogpu_status
 from kvqa.engines.zerogpu import ZeroGPUEngine
 from kvqa.session import Session
+from kvqa.store import KVStore
 
 CONFIG = kvqa.Config(max_new_tokens=16)
 TEXT = "The secret word is pelican. The museum opens at 9 am. " * 10
@@ -36,15 +40,17 @@ class Crossing(pickle.Pickler):
         return None
 
 
-def cross(value, seen: list):
+def cross(value, seen: list, sent: list | None = None):
     buffer = io.BytesIO()
     Crossing(buffer, seen).dump(value)  # raises on anything unpicklable (a lock, a CUDA handle...)
+    if sent is not None:
+        sent.append(buffer.tell())
     return pickle.loads(buffer.getvalue())
 
 
 @pytest.fixture
 def fake_spaces(monkeypatch):
-    calls = {"durations": [], "tensors": []}
+    calls = {"durations": [], "tensors": [], "sent": []}  # sent: bytes of each call's arguments
 
     def GPU(task=None, *, duration=None):
         def wrap(fn):
@@ -52,7 +58,7 @@ def fake_spaces(monkeypatch):
                 seconds = duration(*args, **kwargs)
                 assert 0 < seconds <= 300
                 calls["durations"].append((fn.__name__, seconds))
-                args, kwargs = cross((args, kwargs), calls["tensors"])
+                args, kwargs = cross((args, kwargs), calls["tensors"], calls["sent"])
                 result = fn(*args, **kwargs)
                 if inspect.isgenerator(result):
                     return (cross(item, calls["tensors"]) for item in result)
@@ -67,8 +73,8 @@ def fake_spaces(monkeypatch):
     yield calls
 
 
-def zerogpu_session(config=CONFIG) -> Session:
-    engine = make_engine(config, {"SPACES_ZERO_GPU": "true"})  # what ZeroGPU Spaces set
+def zerogpu_session(config=CONFIG, *, store: KVStore | None = None) -> Session:
+    engine = make_engine(config, {"SPACES_ZERO_GPU": "true"}, store=store)  # what ZeroGPU Spaces set
     assert isinstance(engine, ZeroGPUEngine) and engine.info.cache_device == "cpu"
     return Session(engine)
 
@@ -159,3 +165,129 @@ def test_the_cache_crosses_once_and_without_its_reserve(default_lm):
         assert torch.equal(k, k0) and torch.equal(v, v0)
     assert kvqa.answer(default_lm, back, "What is the secret word?").token_ids == \
         kvqa.answer(default_lm, doc, "What is the secret word?").token_ids
+
+
+# ---- the store (issue 14): answers get the file's key, not the cache ------------------------------------------------
+
+QUESTIONS = ["What is the secret word?", "When does the museum open?"]
+
+
+def stored_session(folder, *, engine: ZeroGPUEngine | None = None) -> Session:
+    """A ZeroGPU session whose document's cache is in the store at `folder` (written, not still being written)."""
+    session = Session(engine) if engine is not None else zerogpu_session(store=KVStore(folder, 2**30))
+    session.load(kvqa.document_from_text(TEXT))
+    session.engine.store.flush()
+    return session
+
+
+def calls_after(fake_spaces, before: int) -> list[str]:
+    return [name for name, _ in fake_spaces["durations"][before:]]
+
+
+def test_with_a_store_answers_get_a_key_and_no_cache_crosses(default_lm, fake_spaces, tmp_path):
+    session = stored_session(tmp_path)
+    assert len(session.engine.store.entries()) == 1  # written from this side, after the prefill came back
+    crossed, calls = len(fake_spaces["tensors"]), len(fake_spaces["durations"])
+    answers = [session.ask(q).answer for q in QUESTIONS]
+    assert calls_after(fake_spaces, calls) == ["_stream_on_gpu"] * len(QUESTIONS)
+    assert len(fake_spaces["tensors"]) == crossed  # not one tensor crossed for the answers
+    assert max(fake_spaces["sent"][calls:]) < 64 * 2**10  # a handle: not the cache (MBs), not even the tokenizer
+    pickling = zerogpu_session()
+    pickling.load(kvqa.document_from_text(TEXT))
+    local = kvqa.prefill(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    for question, answer in zip(QUESTIONS, answers):
+        assert answer.token_ids == pickling.ask(question).answer.token_ids
+        assert answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+
+
+@pytest.mark.parametrize("fault", ["missing", "damaged"])
+def test_a_missing_or_damaged_file_falls_back_to_pickling(default_lm, fake_spaces, tmp_path, caplog, fault):
+    """missing: this side sees the file gone (evicted) and pickles; damaged: the GPU function's checks refuse it, and
+    a second call gets the pickled cache."""
+    session = stored_session(tmp_path)
+    (path,) = session.engine.store.entries()
+    if fault == "missing":
+        path.unlink()
+    else:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x5A
+        path.write_bytes(bytes(data))
+    local = kvqa.prefill(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
+    calls = len(fake_spaces["durations"])
+    with caplog.at_level(logging.WARNING):
+        for question in QUESTIONS:
+            crossed = len(fake_spaces["tensors"])
+            assert session.ask(question).answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+            assert len(fake_spaces["tensors"]) > crossed  # the cache crossed
+    expected = ["_stream_on_gpu"] * (len(QUESTIONS) + (fault == "damaged"))
+    assert calls_after(fake_spaces, calls) == expected  # one call more only when the GPU side found it damaged
+    assert len([r for r in caplog.records if r.name == "kvqa.engines.zerogpu"]) == 1  # one line, not per question
+    if fault == "damaged":
+        assert "checksum mismatch" in caplog.text and not path.exists()  # the store's own line; the file is removed
+
+
+def test_an_answer_before_the_file_is_written_pickles_quietly(default_lm, fake_spaces, tmp_path, caplog, monkeypatch):
+    store = KVStore(tmp_path, 2**30)
+    monkeypatch.setattr(store, "put", lambda *args: Future())  # a write still going on
+    session = zerogpu_session(store=store)
+    session.load(kvqa.document_from_text(TEXT))
+    crossed = len(fake_spaces["tensors"])
+    with caplog.at_level(logging.WARNING):
+        assert session.ask(QUESTIONS[0]).answer.text
+    assert len(fake_spaces["tensors"]) > crossed and "kvqa zerogpu" not in caplog.text
+
+
+def test_a_document_loaded_again_is_restored_from_the_store_without_a_gpu_call(default_lm, fake_spaces, tmp_path):
+    first = stored_session(tmp_path)
+    calls = len(fake_spaces["durations"])
+    again = stored_session(tmp_path, engine=first.engine)  # another session, or this one after an eviction
+    assert again.prefilled.cache_source == "disk" and again.prefilled is not first.prefilled
+    assert calls_after(fake_spaces, calls) == []
+    crossed = len(fake_spaces["tensors"])
+    for question in QUESTIONS:
+        assert again.ask(question).answer.token_ids == first.ask(question).answer.token_ids
+    assert len(fake_spaces["tensors"]) == crossed  # the restored cache's answers go through the file too
+
+
+def test_after_a_restart_the_first_prefill_tells_the_key_then_documents_restore(default_lm, fake_spaces, tmp_path):
+    """A new process cannot know the GPU side's key (its model's weights, dtype and attention) before the GPU side has
+    prefilled once: the first document is read there again, the next ones are restored."""
+    other = kvqa.document_from_text("The harbour master's boat is called Gannet. " * 10)
+    before = stored_session(tmp_path)
+    before.load(other)
+    before.engine.store.flush()
+    calls = len(fake_spaces["durations"])
+    restarted = stored_session(tmp_path)
+    assert restarted.prefilled.cache_source == "prefill"
+    restarted.load(other)
+    assert restarted.prefilled.cache_source == "disk"
+    assert calls_after(fake_spaces, calls) == ["_prefill_on_gpu"]
+    assert len(restarted.engine.store.entries()) == 2  # the first was written again under the same key
+
+
+def test_with_the_store_off_answers_pickle_the_cache_as_before(default_lm, fake_spaces):
+    from kvqa.config import config_from_env
+    from kvqa.store import store_for
+
+    config = config_from_env({"KVQA_STORE_MB": "0"}, max_new_tokens=16)
+    session = zerogpu_session(config, store=store_for(config))
+    assert session.engine.store is None
+    session.load(kvqa.document_from_text(TEXT))
+    crossed = len(fake_spaces["tensors"])
+    session.ask(QUESTIONS[0]).answer
+    assert len(fake_spaces["tensors"]) > crossed
+
+
+def test_the_handover_script_runs_on_small_settings():
+    """scripts/zerogpu_handover.py, which measured the README's table: the key crosses in kilobytes, the cache in
+    megabytes, and both give back the same cache (the script checks it)."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parent.parent / "scripts" / "zerogpu_handover.py"
+    run = subprocess.run([sys.executable, str(script), "--contexts", "300", "--repeats", "1", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    (row,) = json.loads(run.stdout)
+    assert row["context_tokens"] <= 300 and row["key_bytes"] < 64 * 2**10 < 2**20 < row["pickle_bytes"]

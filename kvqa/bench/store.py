@@ -18,7 +18,7 @@ from .report import _mib, _s
 REPEATS = 3  # each restore timed this many times; the median is reported
 
 
-def _drop_from_page_cache(path) -> bool:
+def drop_from_page_cache(path) -> bool:
     """Ask the kernel to forget the file's pages, so the next read comes from the disk; False where it cannot."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -55,7 +55,7 @@ def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[in
             say(f"restore at {len(ids):,} tokens ...")
             cold, warm = [], []
             for _ in range(REPEATS):
-                dropped = _drop_from_page_cache(path)
+                dropped = drop_from_page_cache(path)
                 restored = engine.prefill(document)
                 assert restored.cache_source == "disk", "the bench's own file did not restore"
                 (cold if dropped else warm).append(restored.prefill_s)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import torch
+
 from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
@@ -35,26 +37,36 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     if admit is not None:  # once, for either way: the cache is the same size
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + config.reserve_tokens))
     key = cache_key(lm, document, weights=weights)
-    started = now(lm.device)
-    stored = store.get(key, device=lm.device)
-    if stored is not None:
-        try:
-            restored = _restore(lm, document, stored, prompt, ids, config=config, started=started)
-        except KvqaError:  # out of memory: the user's message, as a prefill would give it
-            raise
-        except Exception as e:  # a file that passed its checks but still does not fit this model: read it again
-            log.warning("kvqa store: could not restore the cache (%s: %s); the document will be read again",
-                        type(e).__name__, e)
-            restored = None
-        if restored is not None:
-            return restored
+    restored = restore(lm, document, store, key, prefix=(prompt, ids), config=config)
+    if restored is not None:
+        return restored
     doc = prefill(lm, document, config=config, progress=progress, prefix=(prompt, ids))  # admitted above
     store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())  # views of the document's part only
     return doc
 
 
+def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, *, prefix: tuple[ChatPrompt, list[int]],
+            config: Config, device: torch.device | None = None) -> PrefilledDocument | None:
+    """The document's cache restored from the store under `key` onto `device` (default: the model's), or None when
+    there is no file or it does not fit this model and document (logged; the caller reads the document again).
+    `prefix` is prefix_of()'s (prompt, ids) for the document."""
+    device = lm.device if device is None else device
+    started = now(device)
+    stored = store.get(key, device=device)
+    if stored is None:
+        return None
+    try:
+        return _restore(lm, document, stored, *prefix, config=config, device=device, started=started)
+    except KvqaError:  # out of memory: the user's message, as a prefill would give it
+        raise
+    except Exception as e:  # a file that passed its checks but still does not fit this model: read it again
+        log.warning("kvqa store: could not restore the cache (%s: %s); the document will be read again",
+                    type(e).__name__, e)
+        return None
+
+
 def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: ChatPrompt, ids: list[int], *,
-             config: Config, started: float) -> PrefilledDocument | None:
+             config: Config, device: torch.device, started: float) -> PrefilledDocument | None:
     """The stored cache as a PrefilledDocument, if its ids are exactly the ids this tokenizer and template give the
     document with the stored date line; else None (logged)."""
     if stored.date_string != prompt.date_string:  # a Llama 3.x date line from another day: the cache keeps it
@@ -68,7 +80,7 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: C
         cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.reserve_tokens)
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
-        prefill_s=now(lm.device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
+        prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
         max_new_tokens=config.max_new_tokens, cache_source="disk",
     )
 

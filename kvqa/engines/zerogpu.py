@@ -1,26 +1,77 @@
-"""Hugging Face ZeroGPU: CUDA exists only inside @spaces.GPU functions, which run in another process that receives
-pickled arguments and returns pickled results.
+"""Hugging Face ZeroGPU: CUDA exists only inside @spaces.GPU functions, which run in another process (a fork of
+this one, on the same machine and disk) that receives pickled arguments and returns pickled results.
 
 So the prefill and each answer run inside such functions, with a duration derived from their token counts; the
-prefilled cache comes back to the CPU and stays in the session's state between calls, and each answer gets a
-(pickled) copy of it that it moves to the GPU. Nothing that crosses the boundary is a CUDA tensor. Progress and
-answers cross as they are produced: the GPU functions are generators whose last item is the result.
+prefilled cache comes back to the CPU and stays in the session's state between calls. With a store (kvqa.store), this
+side writes the cache to its file after the prefill, and each answer is handed the file's key instead of the cache
+(StoredDocument): the GPU function reads and checks the file itself, which is several times faster than pickling the
+cache across (README, "ZeroGPU: pickling vs a file"). Without a store, or when the file is not written yet, gone or
+damaged, the answer gets a pickled copy of the session's cache. Either way the GPU function moves the cache to the
+GPU, and nothing that crosses the boundary is a CUDA tensor. Progress and answers cross as they are produced: the GPU
+functions are generators whose last item is the result.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 
-from ..cache import bytes_per_token
+import torch
+
+from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
-from ..model import load_model
+from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..results import Answer, AnswerStream, PrefilledDocument
+from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
-from .local import LocalEngine, guarantee, prefill_steps, prefix_of, stream, stream_without_cache
+from .local import (LocalEngine, guarantee, out_of_memory_as_error, prefill_steps, prefix_of, stream,
+                    stream_without_cache)
+from .stored import cache_key, restore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """What an answer's GPU function is handed instead of the cache when the store holds it: the document without
+    its cache or tokenizer, and which file holds the cache. Kilobytes to pickle, whatever the cache's size."""
+
+    doc: PrefilledDocument  # without_tokenizer(), cache=None
+    folder: str  # the store's folder: the GPU process is a fork on the same disk
+    key: CacheKey
+    capacity: int  # the session's cache's: the document plus the reserve
+
+    def load(self, lm: LoadedModel) -> PrefilledDocument | None:
+        """The document with its cache read from the file onto lm's device; None when the file is gone or fails a
+        check (the store's checks: header, key, checksum, lengths; then the prefix ids and date line)."""
+        stored = KVStore(self.folder, limit_bytes=0).get(self.key, device=lm.device)  # only read: no limit needed
+        if stored is None or stored.ids != self.doc.ids or stored.date_string != self.doc.prompt.date_string:
+            return None
+        with out_of_memory_as_error("restoring the document's cache"):
+            cache = cache_from_tensors(lm.config, stored.tensors, self.capacity)
+        return replace(self.doc, cache=cache)
+
+    @classmethod
+    def of(cls, doc: PrefilledDocument, store: KVStore, key: CacheKey) -> "StoredDocument":
+        return cls(without_tokenizer(doc, cache=None), str(store.folder), key, doc.cache.capacity)
+
+
+def without_tokenizer(doc: PrefilledDocument, **changes) -> PrefilledDocument:
+    """The document as it crosses to an answer's GPU function, whose model has its own tokenizer: pickling
+    SmolLM2's costs 1.5 MB and 0.13 s a question on this project's CPU, Llama 3.x's is larger. Same cache object."""
+    return replace(doc, prompt=replace(doc.prompt, tokenizer=None), **changes)
+
+
+class FileMissed:
+    """An answer's GPU function yields this first, and nothing else, when it could not use the store's file."""
 
 
 def prefill_seconds(document: Document, config: Config, *args) -> int:
@@ -28,8 +79,9 @@ def prefill_seconds(document: Document, config: Config, *args) -> int:
     return int(min(300, 20 + len(document.text) / 3 / 2000))
 
 
-def answer_seconds(doc: PrefilledDocument, question: str, config: Config, *args) -> int:
+def answer_seconds(source: PrefilledDocument | StoredDocument, question: str, config: Config, *args) -> int:
     """A generous GPU time for one answer: moving the cache, the question, and up to max_new_tokens at ~20/s."""
+    doc = source.doc if isinstance(source, StoredDocument) else source
     return int(min(300, 15 + doc.cache_bytes / 2**30 + doc.max_new_tokens / 20))
 
 
@@ -37,17 +89,26 @@ def baseline_seconds(document: Document, question: str, config: Config, *args) -
     return prefill_seconds(document, config) + 15 + config.max_new_tokens // 20
 
 
-def _prefill_on_gpu(document: Document, config: Config,
-                    prefix: tuple[ChatPrompt, list[int]]) -> Generator[float | PrefilledDocument, None, None]:
+def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[ChatPrompt, list[int]],
+                    keyed: bool) -> Generator[float | CacheKey | PrefilledDocument, None, None]:
     lm = load_model(config)
     doc = yield from prefill_steps(lm, document, config=config, prefix=prefix)  # progress crosses as it happens
+    if keyed:  # the store's key for these bits, from the model that computed them: its weights, dtype, attention
+        yield cache_key(lm, document, weights=weights_fingerprint(lm.model))
     yield _to(doc, "cpu")
 
 
-def _stream_on_gpu(doc: PrefilledDocument, question: str, config: Config, max_new_tokens: int | None,
-                   history: tuple = ()) -> Generator[str | Answer, None, None]:
+def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, config: Config,
+                   max_new_tokens: int | None, history: tuple = ()) -> Generator[str | Answer | FileMissed, None, None]:
     lm = load_model(config)
-    doc = _to(doc, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
+    if isinstance(source, StoredDocument):
+        doc = source.load(lm)
+        if doc is None:  # the caller hands the cache over itself
+            yield FileMissed()
+            return
+    else:
+        doc = _to(source, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
+    doc = replace(doc, prompt=replace(doc.prompt, tokenizer=lm.tokenizer))
     pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, temperature=config.temperature, seed=config.seed,
                     repeat_stop=config.repeat_stop, draft=config.draft_tokens, history=history)
     yield from pieces
@@ -67,14 +128,32 @@ def _to(doc: PrefilledDocument, device) -> PrefilledDocument:
     return doc
 
 
+@dataclass(frozen=True)
+class _File:
+    """A prefilled document's file in the store."""
+
+    key: CacheKey
+    written: Future[bool] | None  # the background write (None: the file was there already)
+
+    @property
+    def ready(self) -> bool:
+        """Written (a write still going on, or one that failed, is not: the store logs the failure)."""
+        return self.written is None or (self.written.done() and self.written.result())
+
+
 class ZeroGPUEngine:
-    """The local engine's functions inside @spaces.GPU calls; the model also sits on the CPU here for tokenizing."""
+    """The local engine's functions inside @spaces.GPU calls; the model also sits on the CPU here for tokenizing.
+    With `store`, caches go through its files (module docstring)."""
 
     kind = "zerogpu"
 
-    def __init__(self, config: Config, spaces):
+    def __init__(self, config: Config, spaces, *, store: KVStore | None = None):
         self.config = config
         self.local = LocalEngine(config)  # the CPU copy: tokenizer, prompt checks, token counts
+        self.store = store
+        self._files: weakref.WeakKeyDictionary[PrefilledDocument, _File] = weakref.WeakKeyDictionary()
+        self._gpu_key: CacheKey | None = None  # the last key the GPU side gave: its model, weights, dtype, attention
+        self._lock = threading.Lock()
         self._prefill_on_gpu = spaces.GPU(duration=prefill_seconds)(_prefill_on_gpu)
         self._stream_on_gpu = spaces.GPU(duration=answer_seconds)(_stream_on_gpu)
         self._answer_without_cache_on_gpu = spaces.GPU(duration=baseline_seconds)(_answer_without_cache_on_gpu)
@@ -97,12 +176,63 @@ class ZeroGPUEngine:
         prefix = prefix_of(lm, document, config=self.config)  # once, here: a bad document never reaches the GPU
         if admit is not None:  # the GPU's cache has the model's dtype there; bf16 on ZeroGPU's H200
             admit(bytes_per_token(lm.config, _gpu_dtype(self.config)) * (len(prefix[1]) + self.config.reserve_tokens))
-        for item in self._prefill_on_gpu(document, self.config, prefix):
-            if isinstance(item, PrefilledDocument):
+        restored = self._restore(document, prefix)
+        if restored is not None:
+            return restored
+        key = None
+        for item in self._prefill_on_gpu(document, self.config, prefix, self.store is not None):
+            if isinstance(item, CacheKey):
+                key = item
+            elif isinstance(item, PrefilledDocument):
+                if key is not None:
+                    self._put(item, key)
                 return item
-            if progress is not None:
+            elif progress is not None:
                 progress(item)
         raise RuntimeError("the ZeroGPU prefill returned no document")
+
+    def _put(self, doc: PrefilledDocument, key: CacheKey) -> None:
+        """Write the prefilled cache to the store from this side, in the background (the GPU process may end as
+        soon as its function returns; this process's disk is certain to be the store's)."""
+        self._gpu_key = key
+        written = self.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())
+        self._remember(doc, _File(key, written))
+
+    def _restore(self, document: Document, prefix: tuple[ChatPrompt, list[int]]) -> PrefilledDocument | None:
+        """The document's cache from the store, onto the CPU, without a GPU call; None when the store is off or has
+        no valid file for it. The key is known once the GPU side has given one (its first prefill in this process):
+        it depends on the GPU's model, which this process cannot look at."""
+        if self.store is None or self._gpu_key is None:
+            return None
+        key = replace(self._gpu_key, text_sha256=text_sha256(document.text))
+        doc = restore(self.local.lm, document, self.store, key, prefix=prefix, config=self.config,
+                      device=torch.device("cpu"))
+        if doc is not None:
+            self._remember(doc, _File(key, written=None))
+        return doc
+
+    def _remember(self, doc: PrefilledDocument, file: _File | None) -> None:
+        with self._lock:
+            if file is None:
+                self._files.pop(doc, None)
+            else:
+                self._files[doc] = file
+
+    def _source(self, doc: PrefilledDocument) -> PrefilledDocument | StoredDocument:
+        """What an answer's GPU function is handed: the store's file when it holds this cache, else the cache."""
+        with self._lock:
+            file = self._files.get(doc)
+        if file is None or not file.ready:
+            return without_tokenizer(doc)
+        if not self.store.path(file.key).exists():
+            self._missed(doc)
+            return without_tokenizer(doc)
+        return StoredDocument.of(doc, self.store, file.key)
+
+    def _missed(self, doc: PrefilledDocument) -> None:
+        log.warning("kvqa zerogpu: the store's file for this document is gone or failed its checks (evicted, removed "
+                    "or damaged); its cache crosses by pickling from now on")
+        self._remember(doc, None)
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None, history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
@@ -111,10 +241,28 @@ class ZeroGPUEngine:
                                                       history=history))  # fail here, not on the GPU
         return AnswerStream(self._pieces(doc, question, question_tokens, max_new_tokens, should_stop, history))
 
+    def _events(self, doc: PrefilledDocument, question: str, max_new_tokens: int | None,
+                history: tuple) -> Generator[str | Answer, None, None]:
+        """The answer's GPU events, from the store's file when it holds the cache; from a pickled copy of the cache
+        when not, or when the GPU side could not use the file (a second call)."""
+        events = self._stream_on_gpu(self._source(doc), question, self.config, max_new_tokens, history)
+        try:
+            first = next(events, None)
+            if isinstance(first, FileMissed):
+                self._missed(doc)
+                _close(events)
+                events = self._stream_on_gpu(without_tokenizer(doc), question, self.config, max_new_tokens, history)
+                first = next(events, None)
+            if first is not None:
+                yield first
+            yield from events
+        finally:
+            _close(events)
+
     def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop,
                 history) -> Generator[str, None, Answer]:
-        events = self._stream_on_gpu(doc, question, self.config, max_new_tokens, history)
         started, first, text = time.perf_counter(), None, ""
+        events = self._events(doc, question, max_new_tokens, history)
         try:
             for event in events:
                 if isinstance(event, Answer):
@@ -129,9 +277,7 @@ class ZeroGPUEngine:
                                   stop_reason="stopped", used_cache=True)
             raise RuntimeError("the ZeroGPU answer ended without its figures")
         finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
+            events.close()
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
@@ -153,6 +299,13 @@ class ZeroGPUEngine:
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         return self.local.remembered(doc, history, question)
+
+
+def _close(events) -> None:
+    """End a GPU function's generator early (the real `spaces` returns one; a stand-in may return any iterator)."""
+    close = getattr(events, "close", None)
+    if close is not None:
+        close()
 
 
 def _gpu_dtype(config: Config):
