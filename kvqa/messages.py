@@ -134,6 +134,7 @@ CATALOG: dict[str, tuple[str, str]] = {
         "新 token 数上限必须在 1 到 {most} 之间（本文档之后留出的空间）：收到的是 {asked}。"),
     "question.max_new_tokens_server": ("max new tokens must be between 1 and {most}: got {asked}.",
                                        "新 token 数上限必须在 1 到 {most} 之间：收到的是 {asked}。"),
+    "part.label": ("Part to read ({unit}, 1-{total:,})", "要读取的部分（{unit}，1-{total:,}）"),
     "part.load_first": ("Load a document first, then choose which part of it to read.",
                         "请先加载文档，再选择要读取的部分。"),
 
@@ -329,6 +330,7 @@ CATALOG: dict[str, tuple[str, str]] = {
         "从缓存得到的贪心回答，与模型按相同分块重读整个提示所给的回答逐位相同。若改为一次读完，提示在 {dtype} 下的舍入"
         "不同：遇到几乎并列的候选后，回答可能分叉（bfloat16，2026-11-30 实测：8 个回答中 2 个相同，平均在第 16 个 "
         "token 后分叉；float16：8 个中 7 个相同）。"),
+    "promise.line": ("{model} on {device} ({dtype}). {guarantee}", "{model}，运行于 {device}（{dtype}）。{guarantee}"),
     "promise.remote": (
         "Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own cache, so "
         "kvqa promises no bit-identical cache and no answers token-identical to a recompute: the server's batching "
@@ -411,10 +413,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "ui.new_conversation": ("New conversation", "新对话"),
     "ui.baseline": ("Also answer without the cache (measures the real speedup; slow)",
                     "同时不用缓存回答一次（实测真实加速；较慢）"),
+    "ui.no_document": ("No document loaded yet.", "还没有加载文档。"),
     "ui.latency": ("Latency: one prefill against every answer", "延迟：一次预填充，对比每个回答"),
 
     # ---- the app's panels: status, answers, latency (rendered on the server in the session's language)
-    "status.none": ("No document loaded yet.", "还没有加载文档。"),
     "status.freed": ("**{name}**: cache freed to save memory; it is read again on your next question.",
                      "**{name}**：为节省内存，缓存已释放；你下次提问时会重新读取。"),
     "status.pages": (", {pages} pages", "，{pages} 页"),

@@ -64,7 +64,7 @@ def test_ask_streams_then_shows_latency(session):
     chat = final[UI.chat]
     assert chat[-2] == {"role": "user", "content": "What is the secret word?"}
     assert "pelican" in chat[-1]["content"].lower() and "first token" in chat[-1]["content"]
-    assert "estimated" in final[UI.summary] and len(final[UI.table]) == 1 and final[UI.plot] is not None
+    assert "estimated" in final[UI.summary] and len(final[UI.table]["data"]) == 1 and final[UI.plot] is not None
 
 
 def test_questions_are_independent(session):
@@ -77,8 +77,8 @@ def test_questions_are_independent(session):
 
 def test_baseline_switch_measures_the_speedup(session):
     final = drain(UI.on_ask("What is the secret word?", session, True))
-    assert "measured" in final[UI.summary] and final[UI.table][-1][7] is not None
-    assert "measured" in final[UI.table][-1][8]
+    assert "measured" in final[UI.summary] and final[UI.table]["data"][-1][7] is not None
+    assert "measured" in final[UI.table]["data"][-1][8]
 
 
 def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(session, tmp_path):
