@@ -458,15 +458,15 @@ CATALOG: dict[str, tuple[str, str]] = {
     "answer.characters": ("characters {start:,}-{end:,}", "第 {start:,}-{end:,} 个字符"),
     "latency.empty": ("Load a document and ask a question to see what the cache saves.",
                       "加载文档并提问，即可看到缓存省下了多少时间。"),
-    "latency.ready": ("Cache {origin}, once", "缓存{origin}，仅一次"),
+    "latency.ready": ("Cache {origin}, once", "缓存只需准备一次（{origin}）"),
     "latency.ask_to_compare": ("{ready}. Ask a question to compare.", "{ready}。提个问题来对比。"),
     "latency.no_tokens": ("{ready}.", "{ready}。"),
     "latency.measured": ("measured by answering without the cache: **{factor:.1f}x** sooner",
-                         "实测（不用缓存再回答一次）：快 **{factor:.1f} 倍**"),
+                         "快 **{factor:.1f} 倍**（实测：不用缓存再回答一次）"),
     "latency.estimated": (
         "estimated as (prefill + TTFT) / TTFT: **{factor:.1f}x** sooner (tick “also answer without the cache” to "
         "measure it)",
-        "估算为（预填充 + 首 token 时间）/ 首 token 时间：快 **{factor:.1f} 倍**（勾选“同时不用缓存回答一次”可实测）"),
+        "快 **{factor:.1f} 倍**（估算为（预填充 + 首 token 时间）/ 首 token 时间；勾选“同时不用缓存回答一次”可实测）"),
     "latency.summary": (
         "{ready}. Median time to first token over {count} question(s): **{median:.3f} s**; first token {how}.",
         "{ready}。{count} 个问题的首 token 时间中位数：**{median:.3f} 秒**；首 token {how}。"),
