@@ -281,13 +281,14 @@ class KvqaApp:
         reason = self.config.model_reason if session.engine is self.engine else Message("reason.app")
         cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
+        memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
             f"- {say('status.model', lang, model=info.model, device=info.device, dtype=info.dtype, reason=reason)}\n"
             f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
             f"- {render(cache_origin(session), lang)}{rate}\n"
             f"- {cache}\n"
-            f"- {say('status.memory', lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)}"
+            f"- {memory}"
         )
 
     def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> dict:
@@ -317,7 +318,8 @@ class KvqaApp:
     def on_language(self, lang, session) -> dict:
         """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far."""
         page = self.relabel(lang)
-        shown = self.panels(session, lang) | self.part_box(session, lang) | {self.promise_box: self.promise(session, lang)}
+        shown = (self.panels(session, lang) | self.part_box(session, lang)
+                 | {self.promise_box: self.promise(session, lang)})
         for component, value in shown.items():
             if component in page:  # the chat and the part box: a fixed text and what they show
                 is_update = isinstance(value, dict) and value.get("__type__") == "update"

@@ -42,7 +42,7 @@ class Config:
     sessions_per_client: int = 16  # sessions with a document one client address may have open
     session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
-    model_reason: str = Message("reason.default")  # why this model: named by KVQA_MODEL / --model, or chosen for the machine
+    model_reason: str = Message("reason.default")  # why this model (a Message): named, or chosen for the machine
     store_mb: float = 2048.0  # the disk tier of prefilled caches, least recently used out past this; 0: off
     store_dir: Path | None = None  # where it lives; None: cache_dir / "store"
     engine_url: str = ""  # an OpenAI-compatible server (".../v1") answers instead of this process; "": local
