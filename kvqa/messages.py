@@ -419,7 +419,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     # ---- the app's panels: status, answers, latency (rendered on the server in the session's language)
     "status.freed": ("**{name}**: cache freed to save memory; it is read again on your next question.",
                      "**{name}**：为节省内存，缓存已释放；你下次提问时会重新读取。"),
-    "status.pages": (", {pages} pages", "，{pages} 页"),
+    "status.pages": (", {pages} pages", "，共 {pages} 页"),
     "status.reused": (" (already loaded: not read again)", "（已加载：不再重读）"),
     "status.model": ("model: {model} on {device} ({dtype}): {reason}", "模型：{model}，运行于 {device}（{dtype}）：{reason}"),
     "status.tokens": ("document tokens: **{tokens:,}**", "文档 token 数：**{tokens:,}**"),
@@ -440,9 +440,9 @@ CATALOG: dict[str, tuple[str, str]] = {
                       "为给其他用户腾出空间，你的文档缓存曾被释放；现在已恢复（{origin}）。"),
     "answer.latency": ("first token {ttft:.2f} s · total {total:.2f} s · {tokens} tokens · {rate:.1f} tokens/s",
                        "首 token {ttft:.2f} 秒 · 共 {total:.2f} 秒 · {tokens} 个 token · {rate:.1f} token/秒"),
-    "answer.drafting": (" · drafting: {kept:.2f} tokens kept per step", " · 草稿：每步保留 {kept:.2f} 个 token"),
+    "answer.drafting": (" · drafting: {kept:.2f} tokens kept per step", " · 推测解码：每步保留 {kept:.2f} 个 token"),
     "answer.drafting_speedup": (" · drafting: {kept:.2f} tokens kept per step, ~{speedup:.1f}x",
-                                " · 草稿：每步保留 {kept:.2f} 个 token，约 {speedup:.1f} 倍"),
+                                " · 推测解码：每步保留 {kept:.2f} 个 token，约 {speedup:.1f} 倍"),
     "answer.server_cache_unknown": (
         " · the server did not say how much came from its prefix cache (vLLM: --enable-prompt-tokens-details; "
         "SGLang: --enable-cache-report)",
@@ -451,8 +451,8 @@ CATALOG: dict[str, tuple[str, str]] = {
                             " · 提示的 {prompt:,} 个 token 中有 {cached:,} 个来自服务器的前缀缓存"),
     "answer.stopped": (" · stopped", " · 已停止"),
     "answer.repeating": (" · stopped: it began repeating itself", " · 已停止：回答开始自我重复"),
-    "answer.after_turn": (" · read after 1 earlier turn", " · 在之前 1 轮对话之后读取"),
-    "answer.after_turns": (" · read after {turns} earlier turns", " · 在之前 {turns} 轮对话之后读取"),
+    "answer.after_turn": (" · read after 1 earlier turn", " · 接在前 1 轮对话之后读取"),
+    "answer.after_turns": (" · read after {turns} earlier turns", " · 接在前 {turns} 轮对话之后读取"),
     "answer.sources": ("Sources in the document ({count})", "文档中的出处（{count}）"),
     "answer.page": ("page {page}", "第 {page} 页"),
     "answer.characters": ("characters {start:,}-{end:,}", "第 {start:,}-{end:,} 个字符"),
