@@ -8,6 +8,7 @@ the model; `python app.py` builds its own from the command line and serves it.
 from __future__ import annotations
 
 import argparse
+import functools
 import html
 import os
 import statistics
@@ -24,6 +25,7 @@ from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.documents import combine, load_documents
 from kvqa.engines import Engine, make_engine
+from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.parts import parse_range, unit_name
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -33,59 +35,64 @@ from kvqa.uploads import uploaded_file
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
 
 
-# ---- formatting ---------------------------------------------------------------------------------------------------
+# ---- formatting: every text in the language of the request (kvqa.messages) -----------------------------------------
 
-STOP_NOTES = {"stopped": " · stopped", "repeating": " · stopped: it began repeating itself"}
+CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Microsoft YaHei",
+             "PingFang SC", "SimHei")  # fonts with Chinese glyphs the plot may find on a server
 
 
-def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0) -> str:
+def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: str = "en") -> str:
     t = timings
     drafted = ""
     if t.drafted_tokens:
-        speedup = f", ~{t.draft_speedup:.1f}x" if t.draft_speedup else ""
-        drafted = f" · drafting: {t.drafted_per_step:.2f} tokens kept per step{speedup}"
-    after = f" · read after {follows} earlier turn{'s' * (follows != 1)}" if follows else ""
-    return (f"\n\n<sub>first token {t.ttft_s:.2f} s · total {t.answer_s:.2f} s · {t.new_tokens} tokens · "
-            f"{t.decode_tokens_per_s:.1f} tokens/s{drafted}{server_cache_note(t)}"
-            f"{STOP_NOTES.get(stop_reason, '')}{after}</sub>")
+        drafted = (say("answer.drafting_speedup", lang, kept=t.drafted_per_step, speedup=t.draft_speedup)
+                   if t.draft_speedup else say("answer.drafting", lang, kept=t.drafted_per_step))
+    stopped = say(f"answer.{stop_reason}", lang) if stop_reason in ("stopped", "repeating") else ""
+    after = (say("answer.after_turn", lang) if follows == 1 else say("answer.after_turns", lang, turns=follows)
+             if follows else "")
+    figures = say("answer.latency", lang, ttft=t.ttft_s, total=t.answer_s, tokens=t.new_tokens,
+                  rate=t.decode_tokens_per_s)
+    return f"\n\n<sub>{figures}{drafted}{server_cache_note(t, lang)}{stopped}{after}</sub>"
 
 
-def server_cache_note(t) -> str:
+def server_cache_note(t, lang: str = "en") -> str:
     """For answers from a serving engine: how much of the prompt came from its prefix cache, or that it did not say."""
     if t.prompt_tokens is None:
         return ""
     if t.cached_tokens is None:
-        return (" · the server did not say how much came from its prefix cache (vLLM: "
-                "--enable-prompt-tokens-details; SGLang: --enable-cache-report)")
-    return f" · {t.cached_tokens:,} of {t.prompt_tokens:,} prompt tokens from the server's prefix cache"
+        return say("answer.server_cache_unknown", lang)
+    return say("answer.server_cache", lang, cached=t.cached_tokens, prompt=t.prompt_tokens)
 
 
-def sources_block(sources) -> str:
+def sources_block(sources, lang: str = "en") -> str:
     """The passages an answer relies on, folded under it: each quoted, with its page where there is one."""
     if not sources:
         return ""
     items = []
     for source in sources:
-        where = f"page {source.page}" if source.page else f"characters {source.start:,}-{source.end:,}"
+        where = (say("answer.page", lang, page=source.page) if source.page else
+                 say("answer.characters", lang, start=source.start, end=source.end))
         quote = html.escape(" ".join(source.text.split()))
         items.append(f"<li><b>{where}</b>: “{quote}”</li>")
-    return (f"\n\n<details class='sources'><summary>Sources in the document ({len(sources)})</summary>"
+    return (f"\n\n<details class='sources'><summary>{say('answer.sources', lang, count=len(sources))}</summary>"
             f"<ol>{''.join(items)}</ol></details>")
 
 
-def chat_messages(session: Session | None) -> list[dict]:
+def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     """The current conversation (since "New conversation"); every turn stays in the latency table."""
     messages = []
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
-        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources)
-                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows)})
+        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources, lang)
+                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
 
-def latency_table(session: Session | None) -> list[list]:
+def latency_table(session: Session | None, lang: str = "en") -> dict:
+    """Every question against the one prefill, with the column names in `lang`."""
+    headers = say("latency.columns", lang).split("|")
     if session is None or session.prefilled is None and not session.turns:
-        return []
+        return {"headers": headers, "data": []}
     prefill_s = session.prefilled.prefill_s if session.prefilled else 0.0
     rows = []
     for n, turn in enumerate(session.turns, start=1):
@@ -95,32 +102,31 @@ def latency_table(session: Session | None) -> list[list]:
             n, turn.question[:60], t.question_tokens, t.new_tokens, round(t.ttft_s, 3), round(t.answer_s, 3),
             round(t.decode_tokens_per_s, 1),
             round(turn.baseline.ttft_s, 3) if turn.baseline else None,
-            f"{factor:.1f}x ({'measured' if measured else 'estimated'})" if factor else "",
+            say("latency.factor_measured" if measured else "latency.factor_estimated", lang, factor=factor)
+            if factor else "",
         ])
-    return rows
+    return {"headers": headers, "data": rows}
 
 
-def latency_summary(session: Session | None) -> str:
+def latency_summary(session: Session | None, lang: str = "en") -> str:
     if session is None or session.prefilled is None:
-        return "Load a document and ask a question to see what the cache saves."
+        return say("latency.empty", lang)
     doc = session.prefilled
-    ready = f"Cache {cache_origin(session)}, once"  # read now, restored from disk, or shared: what it took here
+    # read now, restored from disk, or shared: what it took here
+    ready = say("latency.ready", lang, origin=render(cache_origin(session), lang))
     if not session.turns:
-        return f"{ready}. Ask a question to compare."
+        return say("latency.ask_to_compare", lang, ready=ready)
     ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
     if not ttfts:
-        return f"{ready}."
+        return say("latency.no_tokens", lang, ready=ready)
     factors = [speedup(t, doc.prefill_s) for t in session.turns if t.timings.new_tokens]
     measured = [f for f, m in factors if m]
-    how = (f"measured by answering without the cache: **{statistics.median(measured):.1f}x** sooner"
-           if measured else
-           f"estimated as (prefill + TTFT) / TTFT: **{statistics.median(f for f, _ in factors):.1f}x** sooner "
-           "(tick “also answer without the cache” to measure it)")
-    return (f"{ready}. Median time to first token over {len(ttfts)} "
-            f"question(s): **{statistics.median(ttfts):.3f} s**; first token {how}.")
+    how = (say("latency.measured", lang, factor=statistics.median(measured)) if measured else
+           say("latency.estimated", lang, factor=statistics.median(f for f, _ in factors)))
+    return say("latency.summary", lang, ready=ready, count=len(ttfts), median=statistics.median(ttfts), how=how)
 
 
-def latency_plot(session: Session | None):
+def latency_plot(session: Session | None, lang: str = "en"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,26 +134,40 @@ def latency_plot(session: Session | None):
 
     if session is None or session.prefilled is None or not session.turns:
         return None
+    font = chinese_font()
+    if font:  # Latin text keeps the default font; matplotlib takes each Chinese glyph from this one
+        matplotlib.rcParams["font.family"] = ["DejaVu Sans", font]
+    elif lang == "zh":
+        lang = "en"  # without a Chinese font the labels would be empty boxes
     fig, ax = plt.subplots(figsize=(8, 3.2))
-    labels = ["cache\n(once)"] + [f"Q{n}" for n in range(1, len(session.turns) + 1)]
+    labels = [say("plot.cache", lang)] + [say("plot.question", lang, n=n) for n in range(1, len(session.turns) + 1)]
     ax.bar(labels[:1], [max(session.ready_s, 1e-3)], color="#9ca3af",  # log scale: a shared cache took ~0 s
-           label=f"cache {cache_origin(session).split(':')[0]}")
-    ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label="answer total")
-    ax.bar(labels[1:], [t.timings.ttft_s for t in session.turns], color="#2563eb", label="time to first token")
+           label=say("plot.cache_legend", lang, origin=say(f"plot.origin.{session.cache_source}", lang)))
+    ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label=say("plot.total", lang))
+    ax.bar(labels[1:], [t.timings.ttft_s for t in session.turns], color="#2563eb", label=say("plot.ttft", lang))
     baseline = [t.baseline.ttft_s if t.baseline else 0 for t in session.turns]
     if any(baseline):
-        ax.scatter(labels[1:], baseline, color="#dc2626", marker="_", s=400, label="first token without cache")
+        ax.scatter(labels[1:], baseline, color="#dc2626", marker="_", s=400, label=say("plot.baseline", lang))
     ax.set_yscale("log")
-    ax.set_ylabel("seconds (log scale)")
+    ax.set_ylabel(say("plot.seconds", lang))
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     plt.close(fig)
     return fig
 
 
-def warn(error: KvqaError) -> dict:
+@functools.cache
+def chinese_font() -> str | None:
+    """The name of a font with Chinese glyphs that matplotlib knows here (Debian: fonts-wqy-microhei), or None."""
+    from matplotlib import font_manager
+
+    known = {font.name for font in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in known), None)
+
+
+def warn(error: KvqaError, lang: str = "en") -> dict:
     """Show the error's message as a warning and change nothing on screen (gr.Error would mark every output)."""
-    gr.Warning(str(error))
+    gr.Warning(render(error.message, lang))
     return {}
 
 
@@ -165,7 +185,8 @@ def client_of(request: gr.Request | None, *, behind_proxy: bool) -> str:
 # ---- the app ------------------------------------------------------------------------------------------------------
 
 class KvqaApp:
-    """Settings, engine and cache budget, built once; the handlers; and the layout that wires them."""
+    """Settings, engine and cache budget, built once; the handlers; and the layout that wires them. Every handler
+    for the page takes `lang` (the language switch's value) and says everything in it."""
 
     def __init__(self, config: Config, engine: Engine, *, budget: CacheBudget | None = None,
                  behind_proxy: bool = False, models: list[str] | None = None):
@@ -179,6 +200,16 @@ class KvqaApp:
         self._sessions: dict[str, weakref.WeakSet] = {}  # client -> its sessions, to bound how many one opens
         self._sessions_lock = threading.Lock()
         self.shared = SharedCaches()  # sessions that load the same document share its cache
+        limits = dict(file_mb=config.max_file_mb, reserve=config.reserve_tokens, pages=config.max_pdf_pages,
+                      question=config.max_question_tokens, answer=config.max_new_tokens)
+        # the page's fixed texts (the ui.* messages), by language: gr.I18n shows them in the browser's language
+        # before any event; on_language says them in the one chosen
+        self.page_texts = {lang: {key: say(key, lang, **(limits if key == "ui.limits" else {}))
+                                  for key in CATALOG if key.startswith("ui.")} for lang in LANGUAGES}
+        for texts in self.page_texts.values():
+            texts["ui.limits"] = f"<sub>{texts['ui.limits']}</sub>"  # small print
+        self.i18n = gr.I18n(**self.page_texts)  # for launch(i18n=...)
+        self._fixed: dict[gr.components.Component, dict[str, str]] = {}  # component -> {property: message id}
 
     @property
     def budget(self) -> CacheBudget:
@@ -199,8 +230,7 @@ class KvqaApp:
         with self._sessions_lock:
             mine = self._sessions.setdefault(client, weakref.WeakSet())
             if sum(1 for s in list(mine) if s.document is not None) >= limit:
-                raise KvqaError(f"Your address already has {limit} documents open in other tabs or clients: close "
-                                "some, or wait for them to expire, then try again.")
+                raise KvqaError("busy.sessions_per_client", limit=limit)
             session = Session(engine or self.engine, self.budget, client=client, shared=self.shared)
             mine.add(session)
         return session
@@ -208,28 +238,28 @@ class KvqaApp:
     def engine_for(self, model: str) -> Engine:
         """The engine of one of the offered models, made on first use (its model loads then)."""
         if model not in self.models:
-            raise KvqaError(f"{model} is not offered here: choose one of {', '.join(self.models)}.")
+            raise KvqaError("model.not_offered", model=model, models=", ".join(self.models))
         if model not in self._engines:
-            config = replace(self.config, model=model, model_reason="chosen in the app")
+            config = replace(self.config, model=model, model_reason=Message("reason.app"))
             self._engines[model] = make_engine(config, store=store_for(config))
         return self._engines[model]
 
-    def on_model(self, model, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    def on_model(self, model, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: switch model; the document's text is kept and read again by the new model."""
         try:
             engine = self.engine_for(model)
             if session is not None and session.engine is engine:
                 return {}
-            progress(0, desc=f"Loading {model}")
+            progress(0, desc=say("progress.loading_model", lang, model=model))
             engine.load()
             fresh = self.new_session(None, request, engine=engine)
             if session is not None and session.source is not None:
-                fresh.load(session.source, progress=lambda f: progress(f, desc="Reading the document again"))
+                fresh.load(session.source, progress=lambda f: progress(f, desc=say("progress.reading_again", lang)))
         except KvqaError as e:
-            return warn(e)
+            return warn(e, lang)
         if session is not None:
             session.close()
-        return self.panels(fresh) | self.part_box(fresh) | {self.promise_box: self.promise(fresh)}
+        return self.panels(fresh, lang) | self.part_box(fresh, lang) | {self.promise_box: self.promise(fresh, lang)}
 
     @staticmethod
     def close_session(session: Session | None) -> None:
@@ -238,37 +268,66 @@ class KvqaApp:
 
     # ---- what the screen shows
 
-    def status_markdown(self, session: Session | None, *, reused: bool = False) -> str:
+    def status_markdown(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> str:
         if session is None or session.document is None:
-            return "No document loaded yet."
+            return say("ui.no_document", lang)
         doc, info = session.prefilled, session.engine.info
         if doc is None:
-            return f"**{session.document.name}**: cache freed to save memory; it is read again on your next question."
-        pages = f", {session.document.pages} pages" if session.document.pages else ""
-        note = " (already loaded: not read again)" if reused else ""
-        part = f"**{session.notice}**\n\n" if session.notice else ""
-        rate = f", {doc.tokens_per_s:,.0f} tokens/s" if session.cache_source == "prefill" else ""
+            return say("status.freed", lang, name=session.document.name)
+        pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
+        note = say("status.reused", lang) if reused else ""
+        part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
+        rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.cache_source == "prefill" else ""
+        reason = self.config.model_reason if session.engine is self.engine else Message("reason.app")
+        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
+                 if doc.cache_bytes else say("status.cache_remote", lang))
+        memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
-            f"- model: {info.model} on {info.device} ({info.dtype}): "
-            f"{self.config.model_reason if session.engine is self.engine else 'chosen in the app'}\n"
-            f"- document tokens: **{doc.tokens:,}**\n"
-            f"- {cache_origin(session)}{rate}\n"
-            + (f"- cache size: {doc.cache_bytes / 2**20:,.1f} MB (with room for {self.config.reserve_tokens:,} "
-               f"question and answer tokens)\n" if doc.cache_bytes else "- cache: kept by the serving engine\n") +
-            f"- memory for all sessions' caches: {self.budget.used_bytes / 2**20:,.0f} of "
-            f"{self.budget.limit_bytes / 2**20:,.0f} MB in use"
+            f"- {say('status.model', lang, model=info.model, device=info.device, dtype=info.dtype, reason=reason)}\n"
+            f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
+            f"- {render(cache_origin(session), lang)}{rate}\n"
+            f"- {cache}\n"
+            f"- {memory}"
         )
 
-    def panels(self, session: Session | None, *, reused: bool = False) -> dict:
+    def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> dict:
         """Everything that shows the session, by component."""
-        return {self.state: session, self.status: self.status_markdown(session, reused=reused),
-                self.chat: chat_messages(session), self.summary: latency_summary(session),
-                self.table: latency_table(session), self.plot: latency_plot(session)}
+        return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
+                self.chat: chat_messages(session, lang), self.summary: latency_summary(session, lang),
+                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)}
+
+    def relabel(self, lang: str) -> dict:
+        """The page's fixed texts in `lang`, by component."""
+        return {component: gr.update(**{prop: self.page_texts[lang][key] for prop, key in texts.items()})
+                for component, texts in self._fixed.items()}
+
+    def localized(self, make, texts: dict[str, str], /, **options):
+        """make(**options) with its fixed texts (property -> message id) through gr.I18n, remembered for relabel."""
+        component = make(**{prop: self.i18n(key) for prop, key in texts.items()}, **options)
+        self._fixed[component] = texts
+        return component
 
     # ---- handlers
 
-    def document_from(self, files, text: str | None):
+    def on_load(self, request: gr.Request = None) -> dict:
+        """UI, when the page opens: the language from the browser's Accept-Language header, and the page in it."""
+        lang = language_of(request.headers.get("accept-language") if request is not None else None)
+        return {self.lang: lang} | self.on_language(lang, None)
+
+    def on_language(self, lang, session) -> dict:
+        """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far."""
+        page = self.relabel(lang)
+        shown = (self.panels(session, lang) | self.part_box(session, lang)
+                 | {self.promise_box: self.promise(session, lang)})
+        for component, value in shown.items():
+            if component in page:  # the chat and the part box: a fixed text and what they show
+                is_update = isinstance(value, dict) and value.get("__type__") == "update"
+                value = page[component] | (value if is_update else {"value": value})
+            page[component] = value
+        return page
+
+    def document_from(self, files, text: str | None, lang: str = "en"):
         """The document a client sent: uploaded files (nothing else on the server is read) and/or pasted text, as
         one document. A file that cannot be read is named in a warning and the others are read; if none can, the
         error says why and nothing changes."""
@@ -276,29 +335,28 @@ class KvqaApp:
         documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config)
         if text and text.strip():
             if len(text) > self.config.max_file_bytes:
-                raise KvqaError(f"The pasted text is {len(text):,} characters; the limit is "
-                                f"{self.config.max_file_bytes:,}. Paste the part you need.")
+                raise KvqaError("paste.too_long", chars=len(text), limit=self.config.max_file_bytes)
             documents.append(document_from_text(text))
         document = combine(documents, problems=problems)  # raises when nothing could be read
         for problem in problems:
-            gr.Warning(f"Skipped: {problem} The other files were read.")
+            gr.Warning(say("file.skipped", lang, problem=render(problem, lang)))
         return document
 
-    def read(self, document, session, request, progress, *, part=None) -> tuple[Session, bool]:
+    def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
         session = self.new_session(session, request)
-        progress(0, desc="Reading the document")
+        progress(0, desc=say("progress.reading", lang))
         changed = session.load(document, part=part,
-                               progress=lambda f: progress(f, desc="Reading the document (prefill)"))
+                               progress=lambda f: progress(f, desc=say("progress.prefill", lang)))
         return session, changed
 
-    def show_read(self, get_document, session, request, progress) -> dict:
+    def show_read(self, get_document, session, lang, request, progress) -> dict:
         try:
-            session, changed = self.read(get_document(), session, request, progress)
+            session, changed = self.read(get_document(), session, request, progress, lang=lang)
         except KvqaError as e:
-            return warn(e)
-        return self.panels(session, reused=not changed) | self.part_box(session)
+            return warn(e, lang)
+        return self.panels(session, lang, reused=not changed) | self.part_box(session, lang)
 
-    def part_box(self, session: Session | None) -> dict:
+    def part_box(self, session: Session | None, lang: str = "en") -> dict:
         """The part control, labelled in pages for a PDF and characters for text, showing what was read."""
         source = session.source if session else None
         if source is None:
@@ -306,26 +364,28 @@ class KvqaApp:
         part = session.document.part
         value = f"{part.first}-{part.last}" if part else ""
         total = len(source.page_starts) if source.page_starts else len(source.text)
-        return {self.part: gr.update(label=f"Part to read ({unit_name(source)}, 1-{total:,})", value=value)}
+        label = say("part.label", lang, unit=Message(f"unit.{unit_name(source)}"), total=total)
+        return {self.part: gr.update(label=label, value=value)}
 
-    def on_upload(self, file, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    def on_upload(self, file, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read an uploaded file once; show its figures."""
-        return self.show_read(lambda: self.document_from(file, None), session, request, progress)
+        return self.show_read(lambda: self.document_from(file, None, lang), session, lang, request, progress)
 
-    def on_paste(self, text, session, files=None, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    def on_paste(self, text, session, files=None, lang="en", request: gr.Request = None,
+                 progress=gr.Progress()) -> dict:
         """UI: read pasted text once (with the uploaded files, if any, as one document)."""
-        return self.show_read(lambda: self.document_from(files, text), session, request, progress)
+        return self.show_read(lambda: self.document_from(files, text, lang), session, lang, request, progress)
 
-    def on_part(self, text, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    def on_part(self, text, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read another part of the loaded document (pages of a PDF, characters of a text)."""
         if session is None or session.source is None:
-            return warn(KvqaError("Load a document first, then choose which part of it to read."))
+            return warn(KvqaError("part.load_first"), lang)
         try:
             part = parse_range(text, session.source)
-            session, changed = self.read(session.source, session, request, progress, part=part)
+            session, changed = self.read(session.source, session, request, progress, part=part, lang=lang)
         except KvqaError as e:
-            return warn(e)
-        return self.panels(session, reused=not changed) | self.part_box(session)
+            return warn(e, lang)
+        return self.panels(session, lang, reused=not changed) | self.part_box(session, lang)
 
     @staticmethod
     def on_remember(remember, session) -> None:
@@ -333,40 +393,38 @@ class KvqaApp:
         if session is not None:
             session.remember = bool(remember)
 
-    def on_new_conversation(self, session) -> dict:
+    def on_new_conversation(self, session, lang="en") -> dict:
         """UI: start a new conversation on the same document, without reading it again."""
         if session is not None:
             session.new_conversation()
-        return {self.chat: chat_messages(session)}
+        return {self.chat: chat_messages(session, lang)}
 
-    def on_sample(self, session, request: gr.Request = None, progress=gr.Progress()) -> dict:
+    def on_sample(self, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
-        return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, request, progress)
+        return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, lang, request, progress)
 
-    def on_ask(self, question, session, baseline, remember=False, progress=gr.Progress()):
+    def on_ask(self, question, session, baseline, remember=False, lang="en", progress=gr.Progress()):
         """UI: stream the answer into the chat, then its latency."""
         if session is not None:
             session.remember = bool(remember)
         if session is None:
-            yield warn(QuestionError("No document is loaded yet: upload a file, paste text, or load the sample "
-                                     "first."))
+            yield warn(QuestionError("question.no_document"), lang)
             return
-        chat_before = chat_messages(session)
+        chat_before = chat_messages(session, lang)
         history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-        rebuilt = lambda d: gr.Info(f"Your document's cache had been freed to make room for other users; it is back "
-                                    f"({cache_origin(session)}).")
+        rebuilt = lambda d: gr.Info(say("toast.rebuilt", lang, origin=render(cache_origin(session), lang)))
         try:
             with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
-                             progress=lambda f: progress(f, desc="Reading the document again")) as pieces:
+                             progress=lambda f: progress(f, desc=say("progress.reading_again", lang))) as pieces:
                 text = ""
                 for piece in pieces:
                     text += piece
                     history[-1] = {"role": "assistant", "content": text}
                     yield {self.question: "", self.chat: history}  # only the chat changes while streaming
         except KvqaError as e:  # the chat goes back to what it was; the question stays in its box
-            yield {self.question: question, self.chat: chat_before} | warn(e)
+            yield {self.question: question, self.chat: chat_before} | warn(e, lang)
             return
-        yield self.panels(session)
+        yield self.panels(session, lang)
 
     @staticmethod
     def on_stop(session) -> None:
@@ -395,7 +453,7 @@ class KvqaApp:
         one the whole answer (client.predict returns it; client.submit iterates the updates). remember=True reads the
         question after this client's earlier remembered questions and answers (a follow-up)."""
         if session is None:
-            raise gr.Error("No document is loaded yet: call /prefill first.", print_exception=False)
+            raise gr.Error(Message("question.no_document_api"), print_exception=False)
         session.remember = bool(remember)
         try:
             with session.ask(question) as pieces:
@@ -412,90 +470,86 @@ class KvqaApp:
         """API: the passages of the document the last answer relies on, best first: page (PDFs), start and end
         (character offsets into the document's text) and text."""
         if session is None or not session.turns:
-            raise gr.Error("No answer yet: call /prefill, then /ask, first.", print_exception=False)
+            raise gr.Error(Message("question.no_answer_api"), print_exception=False)
         return [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in session.turns[-1].sources]
 
-    def promise(self, session: Session | None = None) -> str:
+    def promise(self, session: Session | None = None, lang: str = "en") -> str:
         """What the answers are promised to be, for this engine's precision."""
         info = (session.engine if session is not None else self.engine).info
-        return f"<sub>{info.model} on {info.device} ({info.dtype}). {info.guarantee}</sub>"
+        line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.dtype,
+                   guarantee=info.guarantee)
+        return f"<sub>{line}</sub>"
 
     # ---- layout
 
     def build(self) -> gr.Blocks:
-        """The page and its events; components become attributes, so handlers return outputs by name."""
-        config = self.config
-        with gr.Blocks(title="kvqa: read a document once, ask it anything") as demo:
-            self.state = gr.State(None, time_to_live=config.session_ttl_s, delete_callback=self.close_session)
-            gr.Markdown(
-                "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each "
-                "question then costs only its own tokens."
-            )
+        """The page and its events; components become attributes, so handlers return outputs by name. The page's
+        fixed texts are message ids shown through gr.I18n (launch the page with i18n=self.i18n)."""
+        localized = self.localized
+        with gr.Blocks(title=self.i18n("ui.title")) as demo:
+            self.state = gr.State(None, time_to_live=self.config.session_ttl_s, delete_callback=self.close_session)
+            with gr.Row(equal_height=True):
+                localized(gr.Markdown, {"value": "ui.intro"})
+                self.lang = gr.Radio([(name, code) for code, name in LANGUAGES.items()], value="en",
+                                     label="Language · 语言", elem_id="language", scale=0, min_width=180)
             self.promise_box = gr.Markdown(elem_id="promise")
             if len(self.models) > 1:
-                model_box = gr.Dropdown(self.models, value=self.models[0], label="Model (switching reads the "
-                                        "document again)", elem_id="model")
+                model_box = localized(gr.Dropdown, {"label": "ui.model"}, choices=self.models, value=self.models[0],
+                                      elem_id="model")
             with gr.Row():
                 with gr.Column(scale=2):
-                    upload = gr.File(label="Upload PDF, .txt or .md files (several are read as one document)",
-                                     file_types=[".pdf", ".txt", ".md"], type="filepath", file_count="multiple",
-                                     elem_id="upload")
-                    pasted = gr.Textbox(label="…or paste text", lines=5, max_lines=12, elem_id="paste")
+                    upload = localized(gr.File, {"label": "ui.upload"}, file_types=[".pdf", ".txt", ".md"],
+                                       type="filepath", file_count="multiple", elem_id="upload")
+                    pasted = localized(gr.Textbox, {"label": "ui.paste"}, lines=5, max_lines=12, elem_id="paste")
                     with gr.Row():
-                        read_btn = gr.Button("Read pasted text (with the files above)", elem_id="read")
-                        sample_btn = gr.Button("Load the sample", elem_id="sample")
-                    self.status = gr.Markdown("No document loaded yet.", elem_id="doc-status")
+                        read_btn = localized(gr.Button, {"value": "ui.read_pasted"}, elem_id="read")
+                        sample_btn = localized(gr.Button, {"value": "ui.sample"}, elem_id="sample")
+                    self.status = gr.Markdown(self.i18n("ui.no_document"), elem_id="doc-status")
                     with gr.Row():
-                        self.part = gr.Textbox(label="Part to read (pages of a PDF, characters of a text)",
-                                               placeholder="e.g. 14-27", scale=3, elem_id="part")
-                        part_btn = gr.Button("Read this part", scale=1, elem_id="read-part")
-                    gr.Markdown(
-                        f"<sub>Limits: files up to {config.max_file_mb:g} MB; the model reads up to its context less "
-                        f"{config.reserve_tokens} tokens for question and answer (a longer document is read in "
-                        f"parts); PDFs up to "
-                        f"{config.max_pdf_pages:,} pages; questions up to {config.max_question_tokens} tokens; "
-                        f"answers up to {config.max_new_tokens} tokens.</sub>"
-                    )
+                        self.part = localized(gr.Textbox, {"label": "ui.part", "placeholder": "ui.part_placeholder"},
+                                              scale=3, elem_id="part")
+                        part_btn = localized(gr.Button, {"value": "ui.read_part"}, scale=1, elem_id="read-part")
+                    localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
                 with gr.Column(scale=3):
-                    self.chat = gr.Chatbot(label="Questions and answers", elem_id="chat", height=420,
-                                           buttons=["copy"])
+                    self.chat = localized(gr.Chatbot, {"label": "ui.chat"}, elem_id="chat", height=420,
+                                          buttons=["copy"])
                     with gr.Row():
-                        self.question = gr.Textbox(placeholder="Ask about the document (any language) and press "
-                                                   "Enter", show_label=False, scale=5, elem_id="question")
-                        ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="ask")
-                        stop_btn = gr.Button("Stop", variant="stop", scale=1, elem_id="stop")
+                        self.question = localized(gr.Textbox, {"placeholder": "ui.question"}, show_label=False,
+                                                  scale=5, elem_id="question")
+                        ask_btn = localized(gr.Button, {"value": "ui.ask"}, variant="primary", scale=1, elem_id="ask")
+                        stop_btn = localized(gr.Button, {"value": "ui.stop"}, variant="stop", scale=1,
+                                             elem_id="stop")
                     with gr.Row():
-                        remember_box = gr.Checkbox(label="Remember this conversation (follow-up questions)",
-                                                   elem_id="remember")
-                        new_btn = gr.Button("New conversation", size="sm", elem_id="new-conversation")
-                    baseline_box = gr.Checkbox(label="Also answer without the cache (measures the real speedup; "
-                                               "slow)", elem_id="baseline")
-            with gr.Accordion("Latency: one prefill against every answer", open=True):
+                        remember_box = localized(gr.Checkbox, {"label": "ui.remember"}, elem_id="remember")
+                        new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
+                                            elem_id="new-conversation")
+                    baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
+            with localized(gr.Accordion, {"label": "ui.latency"}, open=True):
                 self.summary = gr.Markdown(elem_id="latency-summary")
-                self.table = gr.Dataframe(
-                    headers=["#", "question", "question tokens", "new tokens", "TTFT s", "total s", "tokens/s",
-                             "TTFT without cache s", "first-token speedup"],
-                    interactive=False, elem_id="latency-table", wrap=True,
-                )
+                self.table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
                 self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
 
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot]
-            upload.upload(self.on_upload, [upload, self.state], shown + [self.part], api_visibility="private")
-            read_btn.click(self.on_paste, [pasted, self.state, upload], shown + [self.part], api_visibility="private")
-            sample_btn.click(self.on_sample, [self.state], shown + [self.part], api_visibility="private")
+            lang = self.lang
+            upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
+            read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
+                           api_visibility="private")
+            sample_btn.click(self.on_sample, [self.state, lang], shown + [self.part], api_visibility="private")
             for trigger in (part_btn.click, self.part.submit):
-                trigger(self.on_part, [self.part, self.state], shown + [self.part], api_visibility="private")
+                trigger(self.on_part, [self.part, self.state, lang], shown + [self.part], api_visibility="private")
             for trigger in (ask_btn.click, self.question.submit):
-                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box],
+                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box, lang],
                         shown + [self.question], api_visibility="private")
             remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
                                 api_visibility="private")
-            new_btn.click(self.on_new_conversation, [self.state], [self.chat], queue=False,
+            new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat], queue=False,
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
-            demo.load(self.promise, None, self.promise_box, api_visibility="private")
+            everything = shown + [self.part, self.promise_box, *self._fixed]
+            demo.load(self.on_load, None, everything + [lang], api_visibility="private")
+            lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")
             if len(self.models) > 1:
-                model_box.change(self.on_model, [model_box, self.state], shown + [self.part, self.promise_box],
+                model_box.change(self.on_model, [model_box, self.state, lang], shown + [self.part, self.promise_box],
                                  api_visibility="private")
 
             # the gradio_client API: each client is its own session
@@ -573,7 +627,7 @@ def main(argv: list[str] | None = None) -> None:
     page = served.build() if served is not kvqa_app else demo
     page.queue(default_concurrency_limit=args.concurrency, max_size=args.queue_size)
     page.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth, show_error=False,
-                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft())
+                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.i18n)
 
 
 if __name__ == "__main__":

@@ -42,10 +42,7 @@ class CacheBudget:
         kept until `add`, so a failed prefill leaves it). Raises DocumentTooLong when nbytes alone exceeds the
         budget, BusyError when the room is held by answers in progress."""
         if nbytes > self.limit_bytes:
-            raise DocumentTooLong(
-                f"This document's cache needs {nbytes / 2**20:,.0f} MiB; the memory budget for caches is "
-                f"{self.limit_bytes / 2**20:,.0f} MiB. Load a shorter document (or raise KVQA_CACHE_BUDGET_MB)."
-            )
+            raise DocumentTooLong("budget.too_big", need_mb=nbytes / 2**20, limit_mb=self.limit_bytes / 2**20)
         evicted = []
         with self._lock:
             client = getattr(owner, "client", None)
@@ -62,8 +59,7 @@ class CacheBudget:
                     del self._held[other]
                     evicted.append(other)
             if self._others_bytes(owner) + nbytes > self.limit_bytes:
-                raise BusyError("The server's memory for documents is taken by answers in progress: try again in "
-                                "a moment.")
+                raise BusyError("busy.memory")
             self._reserved[owner] = nbytes
         if evicted:
             release_memory()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, get_layer_types_and_kwargs
 
+from .messages import Message
+
 
 class _BufferLayer(DynamicLayer):
     """One layer's keys and values in preallocated buffers of shape (B, kv_heads, capacity, head_dim)."""
@@ -153,16 +155,16 @@ def new_cache(model_config, capacity: int) -> KVCache:
     return KVCache(text_config.num_hidden_layers, capacity)
 
 
-def unsupported_reason(model_config) -> str | None:
+def unsupported_reason(model_config) -> Message | None:
     """Why a model's cache cannot be rolled back exactly (sliding-window, chunked or linear layers), or None."""
     text_config = model_config.get_text_config(decoder=True)
     try:
         layer_types, _ = get_layer_types_and_kwargs(text_config)
     except Exception as e:  # an architecture this version cannot describe
-        return f"its cache layout is unknown to kvqa ({e})"
+        return Message("model.layout_unknown", error=e)
     other = sorted(set(layer_types) - {"full_attention"})
     if other:
-        return f"it has {', '.join(other)} layers, whose cache kvqa cannot roll back exactly"
+        return Message("model.layers_not_full", kinds=", ".join(other))
     return None
 
 

@@ -64,16 +64,16 @@ def _ask(args: argparse.Namespace) -> int:
     for problem in problems:  # the others are still read
         print(f"kvqa: skipped: {problem}", file=sys.stderr)
     if args.pages and args.chars:
-        raise KvqaError("Give --pages or --chars, not both.")
+        raise KvqaError("cli.pages_and_chars")
     if args.pages and not document.page_starts:
-        raise KvqaError("--pages is for a single PDF; use --chars for text (or several files).")
+        raise KvqaError("cli.pages_for_pdf")
     if args.chars and document.page_starts:
-        raise KvqaError("--chars is for text; use --pages for a PDF.")
+        raise KvqaError("cli.chars_for_text")
     part = parse_range(args.pages or args.chars, document) if args.pages or args.chars else None
     questions = args.question
     for q in questions:  # checked again when answering; here so that it fails before the model loads
         if not q.strip():
-            raise KvqaError("A question is empty: give each -q some text.")
+            raise KvqaError("cli.empty_question")
     chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
     say(f"loading {config.model} ...")

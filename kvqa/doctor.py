@@ -146,5 +146,4 @@ def _read_config(source: str):
         return AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ModelError(f"cannot read the model's configuration ({first}): check the id or folder, the network, "
-                         "and HF_TOKEN for gated models") from None
+        raise ModelError("model.config_unreadable", error=first) from None

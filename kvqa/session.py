@@ -18,6 +18,7 @@ from .documents import Document
 from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
+from .messages import Message
 from .parts import notice, prefill_part
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
@@ -58,7 +59,7 @@ class Session:
         self.shared = shared  # other sessions' caches: the same document is then read once for all of them
         self.source: Document | None = None  # the document as loaded: every page or character of it
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
-        self.notice: str | None = None  # what was read when it is not all of the source (kvqa.parts)
+        self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
         self.prefilled: PrefilledDocument | None = None
         self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk" or "memory" (shared)
         self.ready_s = 0.0  # how long that took this session
@@ -111,7 +112,7 @@ class Session:
         cache afterwards, to measure the real speedup (Turn.baseline). Nothing runs until the stream is iterated;
         closing it early ends the answer and frees the session at once."""
         if self.document is None:
-            raise QuestionError("No document is loaded yet: upload a file, paste text, or load the sample first.")
+            raise QuestionError("question.no_document")
         return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild))
 
     def _ask(self, question, *, baseline, progress, on_rebuild) -> Generator[str, None, Answer]:
@@ -192,8 +193,7 @@ class Session:
         """Wait while another session that shares this document's cache answers on it (Stop ends the wait)."""
         while not prefilled.turn.acquire(timeout=0.05):
             if self._stop.is_set():
-                raise BusyError("Stopped before the answer began: another session was answering about the same "
-                                "document. Ask again.")
+                raise BusyError("busy.stopped_before")
         try:
             yield
         finally:
@@ -202,17 +202,16 @@ class Session:
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
         if not self._busy.acquire(blocking=False):
-            raise BusyError("This session is still working on a previous request: wait for it, or press Stop.")
+            raise BusyError("busy.session")
         try:
             yield
         finally:
             self._busy.release()
 
 
-def cache_origin(session: Session) -> str:
+def cache_origin(session: Session) -> Message:
     """Where the session's cache came from and what it took, for the status panel: "read now: 15.80 s"..."""
-    how = {"prefill": "read now", "disk": "restored from disk", "memory": "shared with another session"}
-    return f"{how.get(session.cache_source, session.cache_source)}: {session.ready_s:.2f} s"
+    return Message(f"origin.{session.cache_source}", seconds=session.ready_s)
 
 
 def speedup(turn: Turn, prefill_s: float) -> tuple[float, bool]:

@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 
 from .errors import DocumentError
+from .messages import Message
 
 log = logging.getLogger("kvqa.uploads")
-
-NOT_AN_UPLOAD = "That file was not uploaded to this app: upload the file itself (or paste its text)."
+NOT_AN_UPLOAD = Message("upload.foreign")  # the same words whether or not the path exists
 
 
 def upload_folder() -> Path:
@@ -39,5 +39,5 @@ def uploaded_file(path: str | os.PathLike, *, folder: Path | None = None) -> Pat
         log.warning("refused a file path that is not an upload: %r", str(path)[:300])
         raise DocumentError(NOT_AN_UPLOAD)
     if not resolved.is_file():
-        raise DocumentError("The uploaded file is no longer on the server (uploads expire): upload it again.")
+        raise DocumentError("upload.expired")
     return resolved

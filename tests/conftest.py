@@ -113,6 +113,7 @@ def server(default_lm):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     app.demo.queue(default_concurrency_limit=1)
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                    i18n=app.kvqa_app.i18n)
     yield f"http://127.0.0.1:{port}/"
     app.demo.close()

@@ -64,7 +64,7 @@ def test_ask_streams_then_shows_latency(session):
     chat = final[UI.chat]
     assert chat[-2] == {"role": "user", "content": "What is the secret word?"}
     assert "pelican" in chat[-1]["content"].lower() and "first token" in chat[-1]["content"]
-    assert "estimated" in final[UI.summary] and len(final[UI.table]) == 1 and final[UI.plot] is not None
+    assert "estimated" in final[UI.summary] and len(final[UI.table]["data"]) == 1 and final[UI.plot] is not None
 
 
 def test_questions_are_independent(session):
@@ -77,8 +77,8 @@ def test_questions_are_independent(session):
 
 def test_baseline_switch_measures_the_speedup(session):
     final = drain(UI.on_ask("What is the secret word?", session, True))
-    assert "measured" in final[UI.summary] and final[UI.table][-1][7] is not None
-    assert "measured" in final[UI.table][-1][8]
+    assert "measured" in final[UI.summary] and final[UI.table]["data"][-1][7] is not None
+    assert "measured" in final[UI.table]["data"][-1][8]
 
 
 def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(session, tmp_path):
@@ -187,3 +187,78 @@ def test_the_app_is_built_from_one_composition_root(default_lm):
     drain(other.on_ask("Describe the document in detail.", session, False))
     assert session.turns[-1].timings.new_tokens <= 7
     session.close()
+
+
+# ---- issue 13 part 5: the page in Chinese
+
+DOC_ZH = "秘密词是鹈鹕。博物馆在工作日上午九点开门。"
+
+
+def test_the_page_opens_in_the_browsers_language():
+    """On load, the switch takes the language of the request's Accept-Language header, and the page says so."""
+    from types import SimpleNamespace
+
+    zh = UI.on_load(SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"}))
+    assert zh[UI.lang] == "zh" and zh[UI.status] == "还没有加载文档。"
+    assert zh[UI.table]["headers"][1] == "问题" and "运行于" in zh[UI.promise_box]
+    labels = {update.get("label") or update.get("value") or update.get("placeholder") for update in
+              (zh[c] for c in UI._fixed)}
+    assert {"提问", "停止", "问与答", "新对话", "加载示例"} <= labels
+    en = UI.on_load(SimpleNamespace(headers={"accept-language": "en-GB,en;q=0.9"}))
+    assert en[UI.lang] == "en" and en[UI.status] == "No document loaded yet."
+
+
+def test_every_fixed_text_is_shown_through_i18n_in_both_languages():
+    """gr.I18n gets every ui.* message in both languages, and every component with a fixed text uses one."""
+    texts = UI.i18n.translations_dict
+    assert set(texts) == {"en", "zh"} and texts["en"].keys() == texts["zh"].keys()
+    used = {key for fixed in UI._fixed.values() for key in fixed.values()}
+    assert used <= texts["zh"].keys() and {"ui.ask", "ui.upload", "ui.limits", "ui.latency"} <= used
+    assert "768" in texts["zh"]["ui.limits"] and "个 token" in texts["zh"]["ui.limits"]  # filled in for this app
+
+
+def test_a_chinese_document_answered_in_chinese(default_lm):
+    """CJK end to end through the handlers: the status, the answer's sources and figures, the latency panel,
+    and a switch back to English that re-says them."""
+    session = UI.on_paste(DOC_ZH, None, None, "zh")[UI.state]
+    try:
+        assert session.document.text == DOC_ZH
+        status = UI.status_markdown(session, "zh")
+        assert "文档 token 数" in status and "刚刚读取" in status and "token/秒" in status
+        final = drain(UI.on_ask("秘密词是什么？", session, False, False, "zh"))
+        chat = final[UI.chat]
+        assert chat[-2] == {"role": "user", "content": "秘密词是什么？"}
+        assert "首 token" in chat[-1]["content"] and "token/秒" in chat[-1]["content"]
+        assert "文档中的出处" in chat[-1]["content"] and "鹈鹕" in chat[-1]["content"]  # the quoted passage
+        assert "首 token 时间中位数" in final[UI.summary] and "估算" in final[UI.table]["data"][0][8]
+        assert final[UI.table]["headers"][4] == "首 token 时间（秒）"
+
+        english = UI.on_language("en", session)
+        assert english[UI.chat]["label"] == "Questions and answers"
+        assert "first token" in english[UI.chat]["value"][-1]["content"]
+        assert "document tokens" in english[UI.status] and english[UI.summary].startswith("Cache read now")
+        chinese = UI.on_language("zh", session)
+        assert chinese[UI.chat]["label"] == "问与答" and "首 token" in chinese[UI.chat]["value"][-1]["content"]
+        assert chinese[UI.part]["label"].startswith("要读取的部分")
+    finally:
+        session.close()
+
+
+def test_errors_and_toasts_in_chinese(session, tmp_path):
+    """The library's errors, said in the switch's language; the session is left as it was."""
+    bad = tmp_path / "scan.pdf"
+    bad.write_bytes(b"not a pdf at all")
+    with pytest.warns(UserWarning, match="scan.pdf 名为 .pdf，却不是 PDF"):
+        assert UI.on_upload(as_upload(bad), session, "zh") == {}
+    with pytest.warns(UserWarning, match="问题是空的"):
+        drain(UI.on_ask("   ", session, False, False, "zh"))
+    with pytest.warns(UserWarning, match="还没有加载文档"):
+        drain(UI.on_ask("你好？", None, False, False, "zh"))
+    with pytest.warns(UserWarning, match="“第三页”不是字符范围"):
+        UI.on_part("第三页", session, "zh")
+    good = tmp_path / "good.txt"
+    good.write_text(DOC_ZH, encoding="utf-8")
+    with pytest.warns(UserWarning, match="已跳过：scan.pdf 名为 .pdf"):  # a bad file among good ones
+        shown = UI.on_upload([as_upload(bad), as_upload(good)], None, "zh")
+    shown[UI.state].close()
+    assert session.document.text == DOC_A

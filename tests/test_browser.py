@@ -1,5 +1,6 @@
 """A real browser (Debian's chromium, driven by playwright) uploads a file, asks two questions, sees answers and
-their latency, and saves the screenshot the README shows."""
+their latency, and saves the screenshot the README shows; a browser in Chinese gets the page in Chinese, asks about a
+Chinese document and saves assets/ui-zh.png."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def page():
+def browser():
     if not Path(CHROMIUM).exists():
         reason = "chromium is not installed: `apt-get install chromium` to run the browser tests (.ci/run does this)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -27,20 +28,26 @@ def page():
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
             "--disable-component-update", "--disable-sync"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1200})
-        yield page
+        yield browser
         browser.close()
 
 
-def ask(page, question: str, answers_before: int) -> str:
+@pytest.fixture(scope="module")
+def page(browser):
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
+    yield context.new_page()
+    context.close()
+
+
+def ask(page, question: str, answers_before: int, *, done: str = "first token") -> str:
     page.locator("#question textarea").fill(question)
     page.locator("#ask").click()
     bot = page.locator('[data-testid="bot"]')
     bot.nth(answers_before).wait_for(timeout=120_000)
     page.wait_for_function(  # the latency line is added when the answer is complete
-        "n => document.querySelectorAll('[data-testid=\"bot\"]').length > n && "
-        "document.querySelectorAll('[data-testid=\"bot\"]')[n].innerText.includes('first token')",
-        arg=answers_before, timeout=120_000)
+        "([n, done]) => document.querySelectorAll('[data-testid=\"bot\"]').length > n && "
+        "document.querySelectorAll('[data-testid=\"bot\"]')[n].innerText.includes(done)",
+        arg=[answers_before, done], timeout=120_000)
     return bot.nth(answers_before).inner_text()
 
 
@@ -91,3 +98,49 @@ def test_choose_a_part_and_follow_up(server, page):
     assert "read after 1 earlier turn" in follow_up
     page.locator("#new-conversation").click()
     page.wait_for_function("document.querySelectorAll('[data-testid=\"bot\"]').length == 0")
+
+
+DOC_ZH = "秘密词是鹈鹕。博物馆在工作日上午九点开门。"
+
+
+def test_the_page_in_chinese(server, browser):
+    """Issue 13 part 5: a browser whose language is Chinese gets every label, the panels, the answer's figures,
+    the latency panel and the toasts in Chinese; a Chinese document is read and quoted back; the switch turns the
+    page to English. Saves assets/ui-zh.png."""
+    context = browser.new_context(locale="zh-CN", viewport={"width": 1400, "height": 1200})
+    page = context.new_page()
+    try:
+        page.goto(server)
+        page.locator("#ask").get_by_text("提问").wait_for(timeout=60_000)  # gr.I18n, in the browser's language
+        page.wait_for_function("document.querySelector('#language input[value=zh]').checked", timeout=60_000)
+        assert "还没有加载文档" in page.locator("#doc-status").inner_text()
+        assert page.locator("#chat").get_by_text("问与答").count() == 1
+        assert "首 token 时间（秒）" in page.locator("#latency-table").inner_text()
+
+        page.locator("#paste textarea").fill(DOC_ZH)
+        page.locator("#read").click()
+        status = page.locator("#doc-status")
+        status.get_by_text("文档 token 数").wait_for(timeout=120_000)
+        assert "刚刚读取" in status.inner_text() and "pasted text" in status.inner_text()
+
+        answer = ask(page, "秘密词是什么？", 0, done="首 token")
+        assert "token/秒" in answer and "文档中的出处" in answer
+        assert page.locator('[data-testid="user"]').first.inner_text().strip() == "秘密词是什么？"
+        page.locator('[data-testid="bot"]').first.locator("details.sources summary").click()
+        assert DOC_ZH in page.locator('[data-testid="bot"]').first.locator("details.sources li").first.inner_text()
+        page.wait_for_function(
+            "document.querySelector('#latency-summary').innerText.includes('首 token 时间中位数')")
+
+        page.locator("#ask").click()  # an empty question: the library's error, in Chinese, as a toast
+        page.get_by_text("问题是空的：请输入一个关于文档的问题。").wait_for(timeout=30_000)
+        page.locator("#latency-plot").scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ASSETS / "ui-zh.png"), full_page=True)
+
+        page.locator("#language").get_by_text("English").click()  # the switch: the same page, in English
+        page.locator("#ask").get_by_text("Ask").wait_for(timeout=30_000)
+        page.locator("#doc-status").get_by_text("document tokens").wait_for(timeout=30_000)
+        assert "first token" in page.locator('[data-testid="bot"]').first.inner_text()
+        assert "Median time to first token over 1" in page.locator("#latency-summary").inner_text()
+    finally:
+        context.close()

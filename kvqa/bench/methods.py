@@ -172,7 +172,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
         prefill_s = doc.prefill_s
         del doc
     if tokens != len(prefix_ids):  # the prompt's date line changed between the two tokenizations (midnight)
-        raise BenchError("The document's prefix changed during the run (the date changed?): run the bench again.")
+        raise BenchError("bench.prefix_changed")
     runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
     row = _row("kvqa", tokens, runs, prefill_s=prefill_s, fork_s=_median(forks), peak_memory_bytes=memory.increase,
                peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes, cache_tokens=capacity,

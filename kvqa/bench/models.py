@@ -56,7 +56,7 @@ def config_path(name: str) -> Path:
     if shipped.is_file():
         return shipped
     names = ", ".join(sorted(p.stem for p in CONFIGS.glob("*.json")))
-    raise BenchError(f"No config file '{name}': give a path to a model config JSON, or one of: {names}.")
+    raise BenchError("bench.no_config", name=name, names=names)
 
 
 def random_init_model(path: str | Path, config: Config) -> LoadedModel:
@@ -73,15 +73,14 @@ def random_init_model(path: str | Path, config: Config) -> LoadedModel:
         settings.pop("dtype", None)
         model_config = AutoConfig.for_model(model_type, **settings)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise BenchError(f"Cannot use {path} as a model config: {type(e).__name__}: {e}. Give a config.json with "
-                         "a model_type (for example kvqa/configs/llama-3.2-3b.json).") from None
+        raise BenchError("bench.bad_config", path=path, error=f"{type(e).__name__}: {e}") from None
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     source = str(default_model_dir(config.cache_dir)) if config.model == DEFAULT_MODEL else config.model
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as e:
-        raise BenchError(f"Cannot load the tokenizer of '{config.model}' for the random model: {e}") from None
+        raise BenchError("bench.no_tokenizer", model=config.model, error=e) from None
     started = time.perf_counter()
     torch.manual_seed(0)
     with torch.device(device):  # initialise the weights where they will run: seconds on a GPU for 3B parameters

@@ -68,8 +68,7 @@ def cut_document(prompt: ChatPrompt, text_ids: Sequence[int], target: int, *, na
 
     best = head(1)
     if len(best[1]) > target:
-        raise BenchError(f"A context of {target:,} tokens is too short: the prompt around the document alone takes "
-                         f"{len(best[1]):,} tokens. Use --contexts with lengths above that.")
+        raise BenchError("bench.context_too_short", target=target, around=len(best[1]))
     lo, hi = 1, min(len(text_ids), target)
     while lo < hi:  # the prefix grows (almost) monotonically with the head: the largest k that fits
         mid = (lo + hi + 1) // 2
@@ -130,17 +129,16 @@ def run_bench(
 ) -> dict:
     """Run every method at every context length on `text` cut to that length; returns the --json object."""
     if not contexts or any(n < 1 for n in contexts):
-        raise BenchError("Give at least one context length, each a positive number of tokens.")
+        raise BenchError("bench.no_contexts")
     if not questions:
-        raise BenchError("Give at least one question.")
+        raise BenchError("bench.no_questions")
     unknown = [m for m in methods if m not in RUNNERS]
     if unknown:
-        raise BenchError(f"Unknown method(s) {', '.join(unknown)}: use {', '.join(METHODS)}.")
+        raise BenchError("bench.unknown_methods", unknown=", ".join(unknown), methods=", ".join(METHODS))
     limit = lm.context_length - config.reserve_tokens
     if max(contexts) > limit:
-        raise BenchError(f"A context of {max(contexts):,} tokens does not fit {lm.name}: it reads at most {limit:,} "
-                         f"({lm.context_length:,} of context, {config.reserve_tokens:,} kept for the question and "
-                         "answer). Use shorter --contexts.")
+        raise BenchError("bench.context_too_long", context=max(contexts), model=lm.name, limit=limit,
+                         length=lm.context_length, reserve=config.reserve_tokens)
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     text = long_text(text, lm.tokenizer, max(contexts) + 64)
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -185,7 +183,7 @@ def parse_contexts(value: str) -> list[int]:
     except ValueError:
         contexts = []
     if not contexts or any(n < 1 for n in contexts):
-        raise BenchError(f"--contexts takes positive token counts separated by commas, like 512,1024: got '{value}'.")
+        raise BenchError("bench.bad_contexts", value=value)
     return list(dict.fromkeys(contexts))
 
 
@@ -193,17 +191,17 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     """`python -m kvqa bench`: check the flags, load the model, run, print a table or JSON, maybe plot."""
     contexts = parse_contexts(args.contexts)
     if not 1 <= args.questions <= len(QUESTIONS):
-        raise BenchError(f"--questions must be between 1 and {len(QUESTIONS)}: got {args.questions}.")
+        raise BenchError("bench.bad_questions", most=len(QUESTIONS), asked=args.questions)
     if args.plot:
         plot = Path(args.plot)
         if not plot.parent.is_dir():
-            raise BenchError(f"Cannot write the plot to {plot}: folder {plot.parent} does not exist.")
+            raise BenchError("bench.no_plot_folder", plot=plot, folder=plot.parent)
     if args.doc:
         document = load_document(args.doc, config=config)
         text, name = document.text, document.name
     else:
         if not SAMPLE_DOCUMENT.is_file():
-            raise BenchError(f"The sample document {SAMPLE_DOCUMENT} is missing: give one with --doc.")
+            raise BenchError("bench.no_sample", path=SAMPLE_DOCUMENT)
         text, name = SAMPLE_DOCUMENT.read_text(encoding="utf-8"), SAMPLE_DOCUMENT.name
     if args.random_init:
         config_path(args.random_init)  # a bad path fails before anything is loaded

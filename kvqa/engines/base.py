@@ -24,7 +24,7 @@ class EngineInfo:
     load_s: float
     cache_device: str  # where prefilled caches live between questions: what the memory budget measures
     exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
-    guarantee: str  # what is promised about answers in this precision, in a sentence or two
+    guarantee: str  # (a kvqa.messages.Message) what is promised about answers in this precision, in a sentence or two
 
 
 class Engine(Protocol):

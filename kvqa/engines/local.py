@@ -22,6 +22,7 @@ from ..config import Config
 from ..documents import Document
 from ..errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
 from ..memory import release_memory
+from ..messages import Message
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..results import Answer, AnswerStream, PrefilledDocument
@@ -38,11 +39,8 @@ def check_fits(lm: LoadedModel, tokens: int, reserve: int) -> None:
     """Raise DocumentTooLong when a prefix of `tokens` plus the reserve exceeds the model's context."""
     limit = lm.context_length - reserve
     if tokens > limit:
-        raise DocumentTooLong(
-            f"The document is {tokens:,} tokens; with this model kvqa reads at most {limit:,} "
-            f"({lm.context_length:,} of context, {reserve:,} kept for the question and answer). "
-            f"Shorten it by about {tokens - limit:,} tokens, or use a model with a longer context.",
-            tokens=tokens, limit=limit)
+        raise DocumentTooLong("too_long.tokens", tokens=tokens, limit=limit, context=lm.context_length,
+                              reserve=reserve, over=tokens - limit)
 
 
 def prefill(
@@ -70,10 +68,8 @@ def prefill(
 def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[ChatPrompt, list[int]]:
     """The document's prompt and prefix ids, tokenized once; raises DocumentTooLong when they cannot fit."""
     if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
-        raise DocumentTooLong(
-            f"The document is {len(document.text):,} characters, far more than this model reads "
-            f"({lm.context_length:,} tokens, roughly {4 * lm.context_length:,} characters of English). "
-            "Load a shorter document or the part you need.", limit=lm.context_length - config.reserve_tokens)
+        raise DocumentTooLong("too_long.characters", chars=len(document.text), context=lm.context_length,
+                              approx=4 * lm.context_length, limit=lm.context_length - config.reserve_tokens)
     prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
     check_fits(lm, len(ids), config.reserve_tokens)
@@ -90,7 +86,7 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
     if admit is not None:
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
     started = now(lm.device)
-    with out_of_memory_as_error("reading the document"):
+    with out_of_memory_as_error("doing.reading"):
         cache = new_cache(lm.config, len(ids) + reserve)
         for start in range(0, len(ids), config.chunk_size):
             run_chunks(lm, ids[start: start + config.chunk_size], cache, chunk_size=config.chunk_size)
@@ -126,13 +122,13 @@ def run_chunks(
 
 @contextmanager
 def out_of_memory_as_error(doing: str) -> Iterator[None]:
-    """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed."""
+    """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed. doing: the
+    message id of what was being done ("doing.answering")."""
     try:
         yield
     except (MemoryError, torch.OutOfMemoryError):
         release_memory()
-        raise OutOfMemory(f"The machine ran out of memory while {doing}: try a shorter document or question, or "
-                          "fewer new tokens. Whatever was loaded before is still loaded.") from None
+        raise OutOfMemory("memory.out", doing=Message(doing)) from None
 
 
 # ---- decode -------------------------------------------------------------------------------------------------------
@@ -157,8 +153,7 @@ def stream(
     at once."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
-        raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens} "
-                            f"(the room kept after this document): got {max_new_tokens}.")
+        raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
     ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history)
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
@@ -168,10 +163,10 @@ def stream(
 def _answer_on_cache(lm, doc, question, ids, **options) -> Generator[str, None, Answer]:
     """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end."""
     if not doc.lock.acquire(blocking=False):
-        raise BusyError("This document is still answering another question: wait for it, or press Stop.")
+        raise BusyError("busy.document")
     try:
         started = now(lm.device)
-        with out_of_memory_as_error("answering"):  # no torch.no_grad() here: grad mode is per thread, and
+        with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             return (yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
                                                started=started, used_cache=True, context=[*doc.ids, *ids],
@@ -219,7 +214,7 @@ def stream_without_cache(
 def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, **options) -> Generator[str, None, Answer]:
     started = now(lm.device)
     tokens = sum(len(c) for c in chunks)
-    with out_of_memory_as_error("answering"):
+    with out_of_memory_as_error("doing.answering"):
         cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
@@ -386,18 +381,14 @@ def answer_without_cache(lm: LoadedModel, document: Document, question: str, **o
 
 # ---- the engine ---------------------------------------------------------------------------------------------------
 
-def guarantee(dtype: str, *, compiled: bool = False) -> str:
+def guarantee(dtype: str, *, compiled: bool = False) -> Message:
     """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py (and, for the compiled
     decode step, tests/test_compile.py) prove it."""
-    same = ("Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt "
-            "again in the same chunks")
     if compiled:  # test_compile.py proves the same-chunks promise only
-        return same + " (with the compiled decode step, which both ways use)."
+        return Message("promise.compiled")
     if dtype == "float32":
-        return same + ", and token for token what it gives reading the whole prompt in one go (tested in float32)."
-    return (same + f". Read in one go instead, the prompt rounds differently in {dtype}: answers can part ways "
-            "after a near-tie (bfloat16, measured 2026-11-30: 2 of 8 answers identical, parting after 16 tokens on "
-            "average; float16: 7 of 8).")
+        return Message("promise.float32")
+    return Message("promise.half", dtype=dtype)
 
 
 class LocalEngine:

@@ -33,6 +33,7 @@ from ..config import Config
 from ..documents import Document
 from ..errors import (DocumentTooLong, EngineBusy, EngineDisconnected, EngineError, EngineRefused, EngineTimeout,
                       EngineUnreachable, QuestionError)
+from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, system_text
 from ..results import Answer, AnswerStream, PrefilledDocument
 from ..timing import Timings
@@ -53,10 +54,8 @@ class ServerPrefix:
     cached_tokens: int | None  # of those, the ones the server already had (None: it did not say)
 
 
-def guarantee(model: str, where: str) -> str:
-    return (f"Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own "
-            "cache, so kvqa promises no bit-identical cache and no answers token-identical to a recompute: the "
-            "server's batching and kernels may change an answer.")
+def guarantee(model: str, where: str) -> Message:
+    return Message("promise.remote", model=model, where=where)
 
 
 class RemoteEngine:
@@ -81,20 +80,18 @@ class RemoteEngine:
         if self._info is not None:
             return self._info
         started = time.perf_counter()
-        with self._errors("listing its models"):
+        with self._errors("doing.listing_models"):
             response = self._http.get("/models")
-            self._check(response, doing="listing its models")
+            self._check(response, doing="doing.listing_models")
         try:
             listed = response.json()["data"]
             names = [m["id"] for m in listed]
         except (ValueError, KeyError, TypeError):
-            raise EngineRefused(f"{self.url}/models did not answer like an OpenAI-compatible server: check "
-                                "KVQA_ENGINE_URL (it usually ends in /v1).") from None
+            raise EngineRefused("engine.not_openai_models", url=self.url) from None
         model = self.config.engine_model or (names[0] if names else "")
         if not model or model not in names:
             served = ", ".join(names) or "none"
-            raise EngineRefused(f"The server at {self.where} serves no model named '{model}' (it serves: {served}): "
-                                "set KVQA_ENGINE_MODEL to one of those.")
+            raise EngineRefused("engine.model_not_served", where=self.where, model=model, served=served)
         entry = listed[names.index(model)]
         self._info = EngineInfo(
             kind=self.kind, model=model, device=f"server {self.where}", dtype="as served", attention="server's",
@@ -119,9 +116,9 @@ class RemoteEngine:
         body = {"model": model, "messages": [{"role": "system", "content": system}], "max_tokens": 1,
                 "temperature": 0.0, "stream": False}
         started = time.perf_counter()
-        with self._errors("reading the document"):
+        with self._errors("doing.reading"):
             response = self._http.post("/chat/completions", json=body)
-            self._check(response, doing="reading the document")
+            self._check(response, doing="doing.reading")
         prefill_s = time.perf_counter() - started
         completion = _json(response)
         usage = completion.get("usage") or {}
@@ -141,7 +138,7 @@ class RemoteEngine:
         assert isinstance(doc.cache, ServerPrefix), "this document was prefilled by another engine"
         limit = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not 1 <= limit <= doc.max_new_tokens:
-            raise QuestionError(f"max new tokens must be between 1 and {doc.max_new_tokens}: got {limit}.")
+            raise QuestionError("question.max_new_tokens_server", most=doc.max_new_tokens, asked=limit)
         pieces = self._answer(doc.cache.system, _checked(question), max_new_tokens=limit, should_stop=should_stop,
                               used_cache=True, history=history)
         return AnswerStream(with_sources(pieces, doc.document, question))
@@ -161,10 +158,10 @@ class RemoteEngine:
         if not text:
             return 0
         root = self.url.removesuffix("/v1")
-        with self._errors("counting tokens"):
+        with self._errors("doing.counting_tokens"):
             response = self._http.post(f"{root}/tokenize", json={"content": text, "prompt": text,
                                                                   "model": self.info.model})
-            self._check(response, doing="counting tokens")
+            self._check(response, doing="doing.counting_tokens")
         return len(_json(response).get("tokens") or [])
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
@@ -204,8 +201,8 @@ class RemoteEngine:
         finish = None
         chunks = 0
         started = time.perf_counter()
-        with self._errors("answering"), self._http.stream("POST", "/chat/completions", json=body) as response:
-            self._check(response, doing="answering")
+        with self._errors("doing.answering"), self._http.stream("POST", "/chat/completions", json=body) as response:
+            self._check(response, doing="doing.answering")
             for event in _events(response):
                 if should_stop is not None and should_stop():
                     finish = "stopped"
@@ -225,7 +222,7 @@ class RemoteEngine:
                         yield piece
             else:
                 if finish is None:  # the body ended without [DONE] and without a finish reason
-                    raise EngineDisconnected(self._dropped())
+                    raise EngineDisconnected("engine.dropped_mid_answer", where=self.where)
         answer_s = time.perf_counter() - started
         prompt_tokens = usage.get("prompt_tokens")
         cached = _cached_tokens(usage, timings)
@@ -240,51 +237,41 @@ class RemoteEngine:
 
     # ---- failures, each with what to do
 
-    def _dropped(self) -> str:
-        return (f"The connection to the server at {self.where} dropped in the middle of the answer (was it stopped "
-                "or restarted?): ask again once it is back; your document and chat are kept.")
-
     @contextmanager
     def _errors(self, doing: str) -> Iterator[None]:
-        """Transport failures as EngineErrors that say what to do."""
+        """Transport failures as EngineErrors that say what to do. doing: the message id of what was being done."""
         try:
             yield
         except httpx.ConnectError:
-            raise EngineUnreachable(f"No server answers at {self.url} while {doing}: start it (see the README, "
-                                    "Serving engines) or correct KVQA_ENGINE_URL / --engine-url.") from None
+            raise EngineUnreachable("engine.unreachable", url=self.url, doing=Message(doing)) from None
         except httpx.TimeoutException:
-            raise EngineTimeout(f"The server at {self.where} sent nothing for {self.config.engine_timeout_s:.0f} s "
-                                f"while {doing}: it may be overloaded; try again later, or raise "
-                                "KVQA_ENGINE_TIMEOUT.") from None
+            raise EngineTimeout("engine.timeout", where=self.where, seconds=self.config.engine_timeout_s,
+                                doing=Message(doing)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            raise EngineDisconnected(self._dropped() if doing == "answering" else
-                                     f"The connection to the server at {self.where} dropped while {doing}: try "
-                                     "again once it is back.") from None
+            if doing == "doing.answering":
+                raise EngineDisconnected("engine.dropped_mid_answer", where=self.where) from None
+            raise EngineDisconnected("engine.dropped", where=self.where, doing=Message(doing)) from None
 
     def _check(self, response: httpx.Response, *, doing: str) -> None:
-        """Raise the EngineError (or DocumentTooLong) for an HTTP error status."""
+        """Raise the EngineError (or DocumentTooLong) for an HTTP error status. doing: as for _errors."""
         status = response.status_code
         if status < 400:
             return
         response.read()
         message = _error_message(response)
         if status in (401, 403):
-            raise EngineRefused(f"The server at {self.where} refused the API key ({status}: {message}): set "
-                                "KVQA_ENGINE_API_KEY to a key it accepts.")
+            raise EngineRefused("engine.bad_key", where=self.where, status=status, detail=message)
         if status == 404:
             if "model" in message.lower():
-                raise EngineRefused(f"The server at {self.where} has no model '{self.config.engine_model}' "
-                                    f"({message}): set KVQA_ENGINE_MODEL to one it lists at {self.url}/models.")
-            raise EngineRefused(f"{self.url} has no OpenAI-compatible API (404 while {doing}): check "
-                                "KVQA_ENGINE_URL; it usually ends in /v1.")
+                raise EngineRefused("engine.no_model", where=self.where, model=self.config.engine_model,
+                                    detail=message, url=self.url)
+            raise EngineRefused("engine.no_api", url=self.url, doing=Message(doing))
         if status in (429, 503):
-            raise EngineBusy(f"The server at {self.where} is overloaded ({status}: {message}): wait a moment and "
-                             "try again.")
+            raise EngineBusy("engine.overloaded", where=self.where, status=status, detail=message)
         if status == 400 and "context" in message.lower():
-            raise DocumentTooLong(f"The document{' and question' if doing == 'answering' else ''} do not fit in "
-                                  f"the server's context ({message}). Load a shorter document, or start the server "
-                                  "with a longer context (llama-server -c N, vLLM --max-model-len N).")
-        raise EngineError(f"The server at {self.where} answered {status} while {doing}: {message}")
+            raise DocumentTooLong("engine.context_question" if doing == "doing.answering" else
+                                  "engine.context_document", detail=message)
+        raise EngineError("engine.status", where=self.where, status=status, doing=Message(doing), detail=message)
 
 
 # ---- the wire format
@@ -292,10 +279,9 @@ class RemoteEngine:
 def _checked(question: str) -> str:
     """The question, or QuestionError when it is empty or too long (the server counts its tokens)."""
     if not question or not question.strip():
-        raise QuestionError("The question is empty: type a question about the document.")
+        raise QuestionError("question.empty")
     if len(question) > MAX_QUESTION_CHARS:
-        raise QuestionError(f"The question is {len(question):,} characters; the limit is {MAX_QUESTION_CHARS:,}. "
-                            "Ask something shorter.")
+        raise QuestionError("question.too_many_chars", chars=len(question), limit=MAX_QUESTION_CHARS)
     return question
 
 
@@ -313,7 +299,7 @@ def _events(response: httpx.Response) -> Iterator[dict | None]:
         except ValueError:
             continue
         if isinstance(event, dict) and event.get("error"):
-            raise EngineError(f"The server failed in the middle of the answer: {_describe(event['error'])}")
+            raise EngineError("engine.failed_mid_answer", detail=_describe(event["error"]))
         yield event
 
 
@@ -337,7 +323,7 @@ def _json(response: httpx.Response) -> dict:
     try:
         body = response.json()
     except ValueError:
-        raise EngineError("The server's answer was not JSON: is KVQA_ENGINE_URL an OpenAI-compatible API?") from None
+        raise EngineError("engine.not_json") from None
     return body if isinstance(body, dict) else {}
 
 

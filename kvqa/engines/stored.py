@@ -76,7 +76,7 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: C
         log.warning("kvqa store: the stored prefix ids differ from this tokenizer's; the document will be read again")
         return None
     check_fits(lm, len(ids), config.reserve_tokens)
-    with out_of_memory_as_error("restoring the document's cache"):
+    with out_of_memory_as_error("doing.restoring"):
         cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.reserve_tokens)
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
