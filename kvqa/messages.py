@@ -190,6 +190,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "kvqa does not support {name}: {reason}. Choose a model with full attention in every layer (Llama, "
         "Qwen2, SmolLM2...).",
         "kvqa 不支持 {name}：{reason}。请选择每一层都是全注意力的模型（Llama、Qwen2、SmolLM2 等）。"),
+    "model.old_transformers": (
+        "kvqa needs transformers 5.24 or newer (this is {version}, whose models take past_key_values): "
+        "pip install -r requirements.txt",
+        "kvqa 需要 transformers 5.24 或更新版本（当前为 {version}，其模型使用 past_key_values）："
+        "请运行 pip install -r requirements.txt"),
     "model.layout_unknown": ("its cache layout is unknown to kvqa ({error})", "kvqa 不了解它的缓存布局（{error}）"),
     "model.layers_not_full": ("it has {kinds} layers, whose cache kvqa cannot roll back exactly",
                               "它有 {kinds} 层，kvqa 无法精确回滚这些层的缓存"),

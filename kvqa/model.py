@@ -195,8 +195,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
         import transformers
 
-        raise ModelError(f"kvqa needs transformers 5.24 or newer (this is {transformers.__version__}, whose models "
-                         "take past_key_values): pip install -r requirements.txt")
+        raise ModelError("model.old_transformers", version=transformers.__version__)
     reason = unsupported_reason(model.config)
     if reason:
         raise ModelError("model.unsupported", name=name, reason=reason)
