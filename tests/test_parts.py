@@ -61,6 +61,16 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
     assert session.notice == "Read pages 3-3 of 10 of long.pdf, as chosen."
 
 
+def test_a_model_with_a_long_context_reads_the_same_pdf_whole(tiny_lm, long_pdf):
+    """Llama 3.2's 131,072 tokens: the PDF the small context reads in parts is read whole, with no notice."""
+    session = Session(LocalEngine(CONFIG, lm=dataclasses.replace(tiny_lm, context_length=131_072)))
+    session.load(long_pdf)
+    assert session.notice is None and session.document.part is None
+    assert all(f"code word for page {n} is" in session.document.text for n in range(1, 11))
+    assert session.prefilled.tokens > 1000 - CONFIG.reserve_tokens  # more than the small context reads
+    assert session.prefilled.cache.length == session.prefilled.tokens
+
+
 def test_a_long_text_is_cut_at_a_paragraph_and_a_far_too_long_one_is_read_too(small):
     text = "\n\n".join(f"Paragraph {n}. " + FILLER * 2 for n in range(60))
     source = kvqa.document_from_text(text)
