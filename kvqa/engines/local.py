@@ -123,12 +123,14 @@ def run_chunks(
 @contextmanager
 def out_of_memory_as_error(doing: str) -> Iterator[None]:
     """Turn an out-of-memory error inside the model into OutOfMemory, after freeing what can be freed. doing: the
-    message id of what was being done ("doing.answering")."""
+    message id of what was being done ("doing.answering"), checked on entry: a wrong id fails every time, not only
+    when memory runs out."""
+    what = Message(doing)
     try:
         yield
     except (MemoryError, torch.OutOfMemoryError):
         release_memory()
-        raise OutOfMemory("memory.out", doing=Message(doing)) from None
+        raise OutOfMemory("memory.out", doing=what) from None
 
 
 # ---- decode -------------------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ class StoredDocument:
         stored = KVStore(self.folder, limit_bytes=0).get(self.key, device=lm.device)  # only read: no limit needed
         if stored is None or stored.ids != self.doc.ids or stored.date_string != self.doc.prompt.date_string:
             return None
-        with out_of_memory_as_error("restoring the document's cache"):
+        with out_of_memory_as_error("doing.restoring"):
             cache = cache_from_tensors(lm.config, stored.tensors, self.capacity)
         return replace(self.doc, cache=cache)
 
