@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import llama_step
 from .cache import unsupported_reason
 from .config import DEFAULT_MODEL, Config
 from .errors import ModelError
@@ -75,6 +76,7 @@ class LoadedModel:
     eos_ids: frozenset[int]
     load_s: float
     decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
+    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.llama_step)
 
     @property
     def config(self):
@@ -220,6 +222,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         eos_ids=frozenset(eos_ids),
         load_s=time.perf_counter() - load_started if load_started else 0.0,
         decode_step=compiled_decode_step(model, device) if compile else None,
+        step=llama_step.LlamaStep(model) if llama_step.supports(model, device) else None,
     )
 
 

@@ -51,6 +51,8 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
             assert r["draft_same_answers"] is True and r["draft_tokens_per_step"] >= 0  # issue 16
             assert r["draft_speedup"] is None or r["draft_speedup"] > 0
             assert 0 <= r["sources_s"] < r["answer_s"]  # issue 11: sources cost little
+            assert r["written_step_same_logits"] is True  # issue 12: the step written out computes the forward's logits
+            assert r["written_step_s"] > 0 and r["forward_step_s"] > 0 and r["written_step_speedup"] > 0
         else:
             assert r["floor_ttft_s"] is None
             assert r["ttft_over_floor"] is r["decode_floor_s"] is r["decode_step_s"] is r["decode_over_floor"] is None
@@ -72,6 +74,7 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
     assert json.loads(json.dumps(result)) == result
     table = format_table(result)
     assert all(m in table for m in METHODS) and "targets at" in table and "unchunked" in table
+    assert "one decode step written out" in table and "same logits bit for bit: yes" in table
     write_plot(result, tmp_path / "ttft.png")
     assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
 

@@ -121,18 +121,20 @@ def test_an_error_inside_the_model_leaves_the_cache_intact(tiny_lm, monkeypatch)
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
     before = snapshot(doc)
     fresh = kvqa.answer(tiny_lm, doc, "Where is the bridge?")
-    real_forward, calls = tiny_lm.model.forward, []
+    inside = tiny_lm.model.model.layers[-1].mlp.down_proj  # run by the forward and by the written-out step alike
+    real_forward, calls = inside.forward, []
 
     def failing_forward(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:
+        if len(calls) == 3:  # the question's forward, one decode step, then mid-way through the next
             raise RuntimeError("simulated failure")
         return real_forward(*args, **kwargs)
 
-    monkeypatch.setattr(tiny_lm.model, "forward", failing_forward)
+    monkeypatch.setattr(inside, "forward", failing_forward)
     with pytest.raises(RuntimeError, match="simulated"):
         kvqa.answer(tiny_lm, doc, "Where is the bridge?")
     monkeypatch.undo()
+    assert len(calls) == 3
     assert_unchanged(doc, before)
     assert kvqa.answer(tiny_lm, doc, "Where is the bridge?").token_ids == fresh.token_ids
 

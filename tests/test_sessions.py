@@ -60,7 +60,8 @@ def test_a_document_larger_than_the_budget_is_refused_with_both_numbers(tiny_lm)
 
 
 def fail_with_oom(lm, monkeypatch, after_calls: int):
-    real, calls = lm.model.forward, []
+    inside = lm.model.model.layers[-1].mlp.down_proj  # run by every forward and every decode step
+    real, calls = inside.forward, []
 
     def forward(*args, **kwargs):
         calls.append(1)
@@ -68,7 +69,7 @@ def fail_with_oom(lm, monkeypatch, after_calls: int):
             raise torch.OutOfMemoryError("simulated")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(lm.model, "forward", forward)
+    monkeypatch.setattr(inside, "forward", forward)
 
 
 def test_out_of_memory_is_reported_and_the_session_keeps_serving(tiny_lm, monkeypatch):

@@ -13,7 +13,7 @@ import torch
 from ..cache import bytes_per_token, new_cache
 from ..config import Config
 from ..documents import Document
-from ..engines.local import LocalEngine, run_chunks
+from ..engines.local import LocalEngine, decode_one_token, run_chunks
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
 from ..timing import now
@@ -168,6 +168,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
                 forks.append(now(device) - started)
             answers.append(engine.stream(doc, question).answer)
             plain.append(undrafted.stream(doc, question).answer)
+        steps_compared = compare_steps(lm, doc.cache, prefix_ids[-1])
         cache_bytes, capacity, tokens = doc.cache_bytes, doc.cache.capacity, doc.tokens
         prefill_s = doc.prefill_s
         del doc
@@ -190,8 +191,32 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
                undrafted_decode_tokens_per_s=plain_rate,
                draft_speedup=row["decode_tokens_per_s"] / plain_rate if plain_rate > 0 else None,
                draft_same_answers=[a.token_ids for a in answers] == [a.token_ids for a in plain],
-               sources_s=_median([a.timings.sources_s for a in answers]))  # after the answer, not in answer_s
+               sources_s=_median([a.timings.sources_s for a in answers]),  # after the answer, not in answer_s
+               **steps_compared)
     return row, [a.token_ids for a in answers]
+
+
+STEP_REPEATS = 9  # compare_steps times each way this many times, alternately
+
+
+def compare_steps(lm: LoadedModel, cache, token: int) -> dict:
+    """The decode step written out (kvqa.llama_step, what kvqa answers with where the model has one) against the
+    model's own forward for one token, alternately on the same prefilled cache, rolled back after each: the median
+    of each and whether their logits are equal bit for bit. Empty where kvqa decodes through the forward anyway."""
+    if lm.step is None or lm.decode_step is not None:
+        return {}
+    held, forward = cache.length, replace(lm, step=None)
+    times: dict[str, list[float]] = {"step": [], "forward": []}
+    logits = {}
+    for _ in range(STEP_REPEATS):
+        for name, way in (("step", lm), ("forward", forward)):
+            started = now(lm.device)
+            logits[name] = decode_one_token(way, token, cache)
+            times[name].append(now(lm.device) - started)
+            cache.rollback(held)
+    step_s, forward_s = _median(times["step"]), _median(times["forward"])
+    return {"written_step_s": step_s, "forward_step_s": forward_s, "written_step_speedup": forward_s / step_s,
+            "written_step_same_logits": torch.equal(logits["step"], logits["forward"])}
 
 
 def decode_floor(row: dict, lm: LoadedModel, bandwidth: Bandwidth) -> dict:

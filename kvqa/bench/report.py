@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .methods import METHODS, PREFILL_REPEATS
+from .methods import METHODS, PREFILL_REPEATS, STEP_REPEATS
 
 
 def _mib(n: int | None) -> str:
@@ -73,6 +73,14 @@ def format_table(result: dict) -> str:
                        f"{r['draft_tokens_per_step']:.2f} guessed tokens kept per step, "
                        f"same answers: {'yes' if r['draft_same_answers'] else 'NO'}; finding sources "
                        f"{_s(r['sources_s'])} ({r['sources_s'] / r['answer_s']:.1%} of the answer's time)")
+    written = [r for r in prefills if r.get("written_step_s")]
+    if written:
+        out += ["", f"one decode step written out (kvqa.llama_step) vs the model's forward, same cache, medians of "
+                f"{STEP_REPEATS} each, alternately:"]
+        for r in written:
+            out.append(f"  {r['context_tokens']:>6,} tokens: {_s(r['written_step_s'])} vs {_s(r['forward_step_s'])} "
+                       f"({r['written_step_speedup']:.2f}x), same logits bit for bit: "
+                       f"{'yes' if r['written_step_same_logits'] else 'NO'}")
     checks = target_checks(result)
     if checks:
         out += ["", f"targets at {max(r['context_tokens'] for r in result['results']):,} tokens:"]

@@ -237,7 +237,10 @@ def with_sources(pieces: Generator[str, None, Answer], document: Document,
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:
     """Feed one chosen token through the model on top of the cache; returns the next logits, (1, vocab).
-    With a compiled step (Config.compile), on the cache's fixed-shape view: the same graph for every token."""
+    With a compiled step (Config.compile), on the cache's fixed-shape view: the same graph for every token; else
+    the step written out where the model has one (kvqa.llama_step: the same logits as the model's forward)."""
+    if lm.decode_step is None and lm.step is not None:
+        return lm.step(token, cache)
     ids = torch.tensor([[token]], device=lm.device)  # (1, 1)
     with torch.no_grad():
         if lm.decode_step is None:

@@ -1,0 +1,86 @@
+"""One decode step of a Llama-family model on the CPU, written out (gpt-fast style).
+
+transformers' forward for one token runs some 110 small operations a layer around the 7 matrix products (masks,
+position bookkeeping, per-module hooks and reshapes); on a 2-core CPU they cost more than the attention at 1,024
+tokens. This step does the same arithmetic, in the same order and with the same kernels, as
+`model(input_ids=[[token]], cache=cache)`: the logits and the keys/values it writes are the same bit for bit
+(tests/test_llama_step.py), so a cached answer and a recomputed one still agree token for token. What it drops is
+the bookkeeping: the query/key/value projections and the gate/up projections each run as one matrix product (the
+modules' weights become row-slices of one matrix: no memory added), the rotation runs once for queries and keys
+together, keys and values go straight into the cache's buffers, and the query token is folded into its key/value
+head's group for attention (kvqa.model.grouped_sdpa).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .cache import KVCache
+
+
+def supports(model, device: torch.device) -> bool:
+    """Llama-architecture models (SmolLM2, Llama 3.x) without projection biases, on the CPU."""
+    config = model.config
+    return (device.type == "cpu" and type(model).__name__ == "LlamaForCausalLM"
+            and not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False))
+
+
+def _fuse(*linears: torch.nn.Linear) -> torch.Tensor:
+    """One matrix holding the linears' weights, one under the other; each linear's weight becomes a view of it."""
+    fused = torch.cat([linear.weight for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight = torch.nn.Parameter(fused[start: start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
+class LlamaStep:
+    """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
+
+    def __init__(self, model):
+        self.model = model
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        with torch.no_grad():
+            self.qkv = [_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                        for layer in model.model.layers]
+            self.gate_up = [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in model.model.layers]
+
+    @staticmethod
+    def _norm(x: torch.Tensor, norm) -> torch.Tensor:  # LlamaRMSNorm.forward, operation for operation
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return norm.weight * (x * torch.rsqrt(variance + norm.variance_epsilon)).to(dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # apply_rotary_pos_emb
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    @torch.no_grad()
+    def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
+        model, h, kv, d = self.model.model, self.heads, self.kv_heads, self.head_dim
+        position = cache.length
+        assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
+        x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden)
+        cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
+        for layer, qkv_weight, gate_up_weight, held in zip(model.layers, self.qkv, self.gate_up, cache.layers):
+            attn = layer.self_attn
+            qkv = F.linear(self._norm(x, layer.input_layernorm), qkv_weight)  # (1, 1, (H + 2 KV) D)
+            qk = self._rotate(qkv[..., : (h + kv) * d].view(1, h + kv, 1, d), cos, sin)  # (1, H + KV, 1, D)
+            held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
+            held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
+            keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
+            out = F.scaled_dot_product_attention(qk[:, :h].reshape(1, kv, h // kv, d), keys, values,
+                                                 scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
+            x = x + attn.o_proj(out.reshape(1, 1, h * d))
+            gate, up = F.linear(self._norm(x, layer.post_attention_layernorm), gate_up_weight).chunk(2, dim=-1)
+            x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+        for held in cache.layers:
+            held._set_length(position + 1)
+        return self.model.lm_head(self._norm(x, model.norm))[:, -1]
