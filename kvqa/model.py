@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from . import llama_step
+from .llama_step import LlamaStep, supports as can_step
 from .cache import unsupported_reason
 from .config import DEFAULT_MODEL, Config
 from .errors import ModelError
@@ -222,7 +222,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         eos_ids=frozenset(eos_ids),
         load_s=time.perf_counter() - load_started if load_started else 0.0,
         decode_step=compiled_decode_step(model, device) if compile else None,
-        step=llama_step.LlamaStep(model) if llama_step.supports(model, device) else None,
+        step=LlamaStep(model) if can_step(model, device) else None,
     )
 
 
