@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import rotate_half
 
 from .cache import KVCache
 
@@ -50,18 +51,6 @@ class LlamaStep:
                         for layer in model.model.layers]
             self.gate_up = [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in model.model.layers]
 
-    @staticmethod
-    def _norm(x: torch.Tensor, norm) -> torch.Tensor:  # LlamaRMSNorm.forward, operation for operation
-        dtype = x.dtype
-        x = x.to(torch.float32)
-        variance = x.pow(2).mean(-1, keepdim=True)
-        return norm.weight * (x * torch.rsqrt(variance + norm.variance_epsilon)).to(dtype)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # apply_rotary_pos_emb
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
         model, h, kv, d = self.model.model, self.heads, self.kv_heads, self.head_dim
@@ -71,16 +60,16 @@ class LlamaStep:
         cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
         for layer, qkv_weight, gate_up_weight, held in zip(model.layers, self.qkv, self.gate_up, cache.layers):
             attn = layer.self_attn
-            qkv = F.linear(self._norm(x, layer.input_layernorm), qkv_weight)  # (1, 1, (H + 2 KV) D)
-            qk = self._rotate(qkv[..., : (h + kv) * d].view(1, h + kv, 1, d), cos, sin)  # (1, H + KV, 1, D)
+            qkv = F.linear(layer.input_layernorm(x), qkv_weight)  # (1, 1, (H + 2 KV) D)
+            qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
+            qk = qk * cos + rotate_half(qk) * sin  # apply_rotary_pos_emb, queries and keys at once
             held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
             held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
             keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
             out = F.scaled_dot_product_attention(qk[:, :h].reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
             x = x + attn.o_proj(out.reshape(1, 1, h * d))
-            gate, up = F.linear(self._norm(x, layer.post_attention_layernorm), gate_up_weight).chunk(2, dim=-1)
+            gate, up = F.linear(layer.post_attention_layernorm(x), gate_up_weight).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
-        for held in cache.layers:
-            held._set_length(position + 1)
-        return self.model.lm_head(self._norm(x, model.norm))[:, -1]
+        cache.advance(1)
+        return self.model.lm_head(model.norm(x))[:, -1]

@@ -126,7 +126,7 @@ def test_an_error_inside_the_model_leaves_the_cache_intact(tiny_lm, monkeypatch)
 
     def failing_forward(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 3:  # the question's forward, one decode step, then mid-way through the next
+        if len(calls) == 3:  # the third pass through the model (question, then decode steps or drafted checks)
             raise RuntimeError("simulated failure")
         return real_forward(*args, **kwargs)
 
