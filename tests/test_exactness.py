@@ -105,6 +105,54 @@ def test_chunked_prefill_logits_match_one_forward(tiny_lm, chunk_size):
     assert int(one.argmax()) == int(cached.argmax())
 
 
+@pytest.mark.parametrize("group,new,past", [(3, 2, 1), (3, 7, 100), (3, 64, 300), (1, 5, 40)])
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_new_tokens_after_cached_ones_attend_as_through_the_causal_mask(group, new, past, dtype, tolerance):
+    """kvqa.model.attend_after_past (no mask: cached keys in one pass, new ones in a causal one, merged) against SDPA
+    with the mask transformers makes for the same tokens: the same attention, up to rounding."""
+    from transformers.masking_utils import sdpa_mask
+
+    from kvqa.model import attend_after_past
+
+    torch.manual_seed(0)
+    kv_heads, d = 2, 16
+    query = torch.randn(1, kv_heads * group, new, d, dtype=dtype)
+    key, value = (torch.randn(1, kv_heads, past + new, d, dtype=dtype) for _ in range(2))
+    mask = sdpa_mask(batch_size=1, q_length=new, kv_length=past + new, q_offset=past)
+    assert mask is not None and not mask[0, 0, 0, past + 1:].any()  # the first new token sees no later one
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=0.25,
+                                                                enable_gqa=group > 1)
+    got = attend_after_past(query, key, value, 0.25)
+    assert got.dtype == dtype and got.shape == expected.shape
+    assert (got.float() - expected.float()).abs().max().item() < tolerance
+
+
+def test_the_mask_is_left_out_only_where_new_tokens_plainly_follow_cached_ones():
+    from transformers.masking_utils import sdpa_mask
+
+    from kvqa.model import causal_mask
+
+    assert causal_mask(batch_size=1, q_length=4, kv_length=4) is None  # no past: SDPA's causal kernel
+    assert causal_mask(batch_size=1, q_length=3, kv_length=10, q_offset=7) is None  # after 7 cached: split
+    padded = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    for kwargs in ({"q_length": 3, "kv_length": 12, "q_offset": 7},  # a fixed-shape cache: later slots hidden
+                   {"q_length": 3, "kv_length": 10, "q_offset": 7, "attention_mask": padded}):
+        made = causal_mask(batch_size=1, **kwargs)
+        assert made is not None and torch.equal(made, sdpa_mask(batch_size=1, **kwargs))
+
+
+def test_later_prefill_chunks_take_the_split_attention(tiny_lm, monkeypatch):
+    import kvqa.model
+
+    calls = []
+    split = kvqa.model.attend_after_past
+    monkeypatch.setattr(kvqa.model, "attend_after_past", lambda *args: calls.append(args[0].shape) or split(*args))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=100))
+    chunks = -(-doc.tokens // 100)
+    assert chunks > 2 and len(calls) == (chunks - 1) * tiny_lm.config.num_hidden_layers
+    assert calls[0][2] == 100  # (B, H, T, D): a whole chunk of new tokens
+
+
 def test_stopping_mid_answer_leaves_the_cache_intact(tiny_lm):
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=32))
     before = snapshot(doc)
