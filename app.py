@@ -28,6 +28,7 @@ from kvqa.engines import Engine, make_engine
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.parts import parse_range, unit_name
 from kvqa.session import Session, cache_origin, speedup
+from kvqa.sources import source_dict
 from kvqa.shared import SharedCaches
 from kvqa.store import store_for
 from kvqa.uploads import uploaded_file
@@ -64,18 +65,35 @@ def server_cache_note(t, lang: str = "en") -> str:
     return say("answer.server_cache", lang, cached=t.cached_tokens, prompt=t.prompt_tokens)
 
 
-def sources_block(sources, lang: str = "en") -> str:
-    """The passages an answer relies on, folded under it: each quoted, with its page where there is one."""
+def sources_block(sources, lang: str = "en", unsupported=()) -> str:
+    """Under an answer: what it names that the document lacks, its first source shown ("From the document, page
+    12: ...", the best-matching sentence marked), every source folded below, each with its page where there is one."""
+    block = ""
+    if unsupported:
+        items = html.escape(", ".join(unsupported))
+        block += f"\n\n<p class='unsupported'>⚠ {say('answer.unsupported', lang, items=items)}</p>"
     if not sources:
-        return ""
+        return block
+    first = sources[0]
+    where = say("answer.from_page", lang, page=first.page) if first.page else say("answer.from_text", lang)
+    block += f"\n\n<blockquote class='evidence'><b>{where}</b> {_marked_quote(first)}</blockquote>"
     items = []
     for source in sources:
         where = (say("answer.page", lang, page=source.page) if source.page else
                  say("answer.characters", lang, start=source.start, end=source.end))
-        quote = html.escape(" ".join(source.text.split()))
-        items.append(f"<li><b>{where}</b>: “{quote}”</li>")
-    return (f"\n\n<details class='sources'><summary>{say('answer.sources', lang, count=len(sources))}</summary>"
-            f"<ol>{''.join(items)}</ol></details>")
+        items.append(f"<li><b>{where}</b>: “{_marked_quote(source)}”</li>")
+    return (block + f"\n\n<details class='sources'><summary>{say('answer.sources', lang, count=len(sources))}"
+            f"</summary><ol>{''.join(items)}</ol></details>")
+
+
+def _marked_quote(source) -> str:
+    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark>."""
+    a, b = source.mark[0] - source.start, source.mark[1] - source.start
+    flat = lambda text: html.escape(" ".join(text.split()))
+    if b <= a:
+        return flat(source.text)
+    return " ".join(p for p in (flat(source.text[:a]), f"<mark>{flat(source.text[a:b])}</mark>",
+                                flat(source.text[b:])) if p)
 
 
 def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
@@ -83,7 +101,7 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     messages = []
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
-        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources, lang)
+        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources, lang, turn.unsupported)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
@@ -471,7 +489,14 @@ class KvqaApp:
         (character offsets into the document's text) and text."""
         if session is None or not session.turns:
             raise gr.Error(Message("question.no_answer_api"), print_exception=False)
-        return [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in session.turns[-1].sources]
+        return [source_dict(s) for s in session.turns[-1].sources]
+
+    @staticmethod
+    def api_unsupported(session=None) -> list[str]:
+        """API: the numbers and names in the last answer that the document does not contain (empty: none)."""
+        if session is None or not session.turns:
+            raise gr.Error(Message("question.no_answer_api"), print_exception=False)
+        return list(session.turns[-1].unsupported)
 
     def promise(self, session: Session | None = None, lang: str = "en") -> str:
         """What the answers are promised to be, for this engine's precision."""
@@ -557,13 +582,15 @@ class KvqaApp:
                 api_file, api_text, api_part, api_question = gr.File(), gr.Textbox(), gr.Textbox(), gr.Textbox()
                 api_remember = gr.Checkbox()
                 self.api_status, self.api_answer = gr.Textbox(), gr.Textbox()
-                api_sources = gr.JSON()
+                api_sources, api_unsupported = gr.JSON(), gr.JSON()
                 api_prefill_btn, api_ask_btn, api_sources_btn = gr.Button(), gr.Button(), gr.Button()
+                api_unsupported_btn = gr.Button()
             api_prefill_btn.click(self.api_prefill, [api_file, api_text, api_part, self.state],
                                   [self.api_status, self.state], api_name="prefill")
             api_ask_btn.click(self.api_ask, [api_question, api_remember, self.state], [self.api_answer, self.state],
                               api_name="ask")
             api_sources_btn.click(self.api_sources, [self.state], [api_sources], api_name="sources")
+            api_unsupported_btn.click(self.api_unsupported, [self.state], [api_unsupported], api_name="unsupported")
         return demo
 
 

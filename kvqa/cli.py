@@ -47,6 +47,8 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
+    from .messages import Message
+    from .sources import source_dict
     from .engines import make_engine
     from .parts import notice, parse_range, prefill_part, select
     from .store import store_for
@@ -123,13 +125,15 @@ def _ask(args: argparse.Namespace) -> int:
         result["answers"].append({
             "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
             "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
-            "sources": [{"page": s.page, "start": s.start, "end": s.end, "text": s.text} for s in answer.sources],
+            "sources": [source_dict(s) for s in answer.sources], "unsupported": list(answer.unsupported),
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {}),  # a server's own count
         })
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
         if not args.json:
             print(f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else "")
+            if answer.unsupported:
+                print(f"   {Message('answer.unsupported', items=', '.join(answer.unsupported))}")
             for n, source in enumerate(answer.sources, start=1):
                 where = f"page {source.page}, " if source.page else ""
                 print(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): "

@@ -25,6 +25,9 @@ INSTRUCTIONS = (
     "You answer questions about the document below. Use only the document; if it does not contain the answer, "
     "say so. Answer in the language of the question, briefly."
 )
+REMINDER = "Answer each question from the document above, briefly, in the language of the question."
+REMIND_AFTER_DOCUMENT = True  # the instructions again after the document: small models forget what came before it
+_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
 
 
@@ -34,8 +37,21 @@ def today() -> str:
 
 
 def system_text(document: str) -> str:
-    """The system turn: instructions, then the document between tags."""
-    return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>"
+    """The system turn: instructions, then the document between tags, then (REMIND_AFTER_DOCUMENT) a reminder."""
+    reminder = f"\n\n{REMINDER}" if REMIND_AFTER_DOCUMENT else ""
+    return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>{reminder}"
+
+
+def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
+    """The user turn: the question, after the document's passages that best match it (quoted, so a small model
+    reads them next to the question; their tokens are computed per question, not cached). In the question's
+    language, Chinese or English."""
+    if not quotes:
+        return question
+    quoted = "\n\n".join(quotes)
+    if _CJK.search(question):
+        return f"文档中的相关段落：\n{quoted}\n\n问题：{question}\n请根据文档用中文简短回答。"
+    return f"From the document:\n{quoted}\n\nQuestion: {question}\nAnswer briefly, from the document."
 
 
 @dataclass(frozen=True)
@@ -117,13 +133,19 @@ class ChatPrompt:
         rendered = _render(self.tokenizer, _DOC, text, self.date_string)
         return rendered[len(self.pre + _DOC + self.mid): len(rendered) - len(self.post)]
 
-    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = ()) -> list[int]:
-        """The question's suffix ids, after the earlier turns of `history` (question, answer) when given; raises
-        QuestionError when the question is empty or its ids are longer than `limit` tokens."""
+    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
+                     quotes: Sequence[str] = ()) -> list[int]:
+        """The question's suffix ids, after the earlier turns of `history` (question, answer) when given, with the
+        quoted passages (question_turn) when they fit in `limit` tokens; raises QuestionError when the question is
+        empty or its ids alone are longer than `limit` tokens."""
         if not question or not question.strip():
             raise QuestionError("question.empty")
         if len(question) > MAX_QUESTION_CHARS:
             raise QuestionError("question.too_many_chars", chars=len(question), limit=MAX_QUESTION_CHARS)
+        for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
+            ids = self.conversation_ids(history, question_turn(question, quotes[:kept]))
+            if len(ids) <= limit:
+                return ids
         ids = self.conversation_ids(history, question)
         if len(ids) > limit:
             raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",

@@ -24,6 +24,7 @@ class Answer:
     #                  or "stopped" (by the user)
     used_cache: bool
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
+    unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.support)
 
 
 class AnswerStream:

@@ -36,6 +36,7 @@ class Turn:
     baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
     stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
+    unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
 
     @property
@@ -135,7 +136,8 @@ class Session:
                 measured = self.engine.stream_without_cache(self.document, question, prompt=self.prefilled.prompt,
                                                             history=history).answer.timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
-                                   stop_reason=result.stop_reason, sources=result.sources, follows=len(history)))
+                                   stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
+                                   unsupported=result.unsupported))
             return result
 
     def stop(self) -> None:

@@ -1,24 +1,30 @@
-"""Where an answer came from: the document's passages that share the most (rare) words with it.
+"""Evidence: the document's passages ranked by a question (BM25, the `bm25s` library), and an answer's sources.
 
-A lexical alignment, not the model's attention: it reads only the document's text and the answer's, so it cannot
-change the answer or the cache, and it costs milliseconds. Passages are runs of whole sentences of about
-PASSAGE_CHARS characters; words are lower-cased letters and digits, and for CJK text overlapping character
-pairs. A passage scores the sum, over the answer's distinct words it contains, of how rare each word is in the
-document (inverse document frequency over passages), with the question's words counted at a quarter weight to
-break ties between passages that repeat the answer's words.
+Lexical retrieval, not the model's attention: it reads only the document's text, the question and the answer, so it
+cannot change the cache, and it costs milliseconds. Passages are runs of whole sentences of about PASSAGE_CHARS
+characters that never cross a heading, a file boundary or a PDF page. Words are lower-cased letters and digits
+without stopwords; CJK runs become overlapping character pairs, so Chinese needs no word segmenter.
+
+- evidence(): the passages that best match a question, before any answer exists (quoted in the question's turn).
+- find_sources(): an answer's sources, ranked by the question first, with the answer's words as a second signal, and
+  in each the sentence that matches best (`mark`).
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+import bm25s
+import numpy as np
+
 PASSAGE_CHARS = 320
+ANSWER_WEIGHT = 0.5  # the answer's words count half as much as the question's when ranking an answer's sources
 _PAGE = re.compile(r"\[Page (\d+)\]")
+_BOUNDARY = re.compile(r"^(?:#{1,6} |=== File \d+ of \d+: |\[Page \d+\]$)", re.MULTILINE)  # headings, files, pages
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+|\n+|(?<=[。！？；])")
+_MARK_END = re.compile(r"(?<=[.!?;。！？；])\s+|\n\s*\n|(?<=[。！？；])")  # sentences may wrap a line
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have he her his how
@@ -29,13 +35,27 @@ answer question says according""".split())
 
 @dataclass(frozen=True)
 class Source:
-    """A passage of the document an answer relies on: character offsets into the document's text, and its page."""
+    """A passage of the document: character offsets into the document's text, its page, and the sentence in it that
+    matches best (offsets into the document's text too; (start, start) when none stands out)."""
 
     text: str
     start: int
     end: int
-    page: int | None  # the PDF page it starts on, None for text documents
+    page: int | None  # the PDF page it lies on, None for text documents
     score: float
+    mark: tuple[int, int] = (0, 0)
+
+    @property
+    def marked(self) -> str:
+        """The best-matching sentence's text ("" when none)."""
+        return self.text[self.mark[0] - self.start: self.mark[1] - self.start]
+
+
+def source_dict(source: Source) -> dict:
+    """A source as JSON: page (PDFs), start and end (character offsets into the document's text), text, and the
+    best-matching sentence's offsets (mark_start, mark_end)."""
+    return {"page": source.page, "start": source.start, "end": source.end, "text": source.text,
+            "mark_start": source.mark[0], "mark_end": source.mark[1]}
 
 
 def terms(text: str) -> list[str]:
@@ -43,7 +63,7 @@ def terms(text: str) -> list[str]:
     out = []
     for word in _WORD.findall(text.lower()):
         if _CJK.search(word):
-            chars = [c for c in word]
+            chars = list(word)
             out += chars if len(chars) == 1 else [a + b for a, b in zip(chars, chars[1:])]
         elif word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
             out.append(word)
@@ -51,26 +71,102 @@ def terms(text: str) -> list[str]:
 
 
 def passages(text: str) -> list[tuple[int, int]]:
-    """(start, end) offsets of runs of whole sentences of about PASSAGE_CHARS characters, covering the text."""
-    cuts = [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
+    """(start, end) offsets of runs of whole sentences of about PASSAGE_CHARS characters, covering the text; a run
+    ends before a heading, a file's header or a PDF page marker, whatever its length."""
+    hard = {m.start() for m in _BOUNDARY.finditer(text)}
+    cuts = sorted({m.end() for m in _SENTENCE_END.finditer(text)} | hard | {len(text)})
     spans, start = [], 0
     for cut in cuts:
-        if cut - start >= PASSAGE_CHARS or cut == len(text) or text.startswith("[Page ", cut):  # pages never mix
+        if cut - start >= PASSAGE_CHARS or cut == len(text) or cut in hard:
             if text[start:cut].strip():
                 spans.append((start, cut))
             start = cut
     return spans
 
 
+@dataclass(frozen=True)
+class _Index:
+    spans: list[tuple[int, int]]
+    retriever: bm25s.BM25 | None  # None when no passage has a word
+
+
 @lru_cache(maxsize=32)
-def _index(text: str) -> tuple[list[tuple[int, int]], list[Counter], dict[str, float]]:
-    """Passages, their term counts, and each term's inverse document frequency; cached per document text."""
+def _index(text: str) -> _Index:
+    """The document's passages and their BM25 index; cached per document text."""
     spans = passages(text)
-    counts = [Counter(terms(text[a:b])) for a, b in spans]
-    df = Counter(term for c in counts for term in c)
-    n = len(spans)
-    idf = {term: math.log(1 + n / d) for term, d in df.items()}
-    return spans, counts, idf
+    corpus = [terms(text[a:b]) for a, b in spans]
+    if not any(corpus):
+        return _Index(spans, None)
+    retriever = bm25s.BM25()
+    retriever.index(corpus, show_progress=False)
+    return _Index(spans, retriever)
+
+
+def _scores(index: _Index, query: str) -> np.ndarray:
+    """Each passage's BM25 score for the query's words (zeros when it has none the document has)."""
+    words = sorted(set(terms(query)))  # sorted: a float sum in set order would vary with the process's hash seed
+    if index.retriever is None or not words:
+        return np.zeros(len(index.spans))
+    known = [w for w in words if w in index.retriever.vocab_dict]
+    return index.retriever.get_scores(known) if known else np.zeros(len(index.spans))
+
+
+def evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int]]:
+    """(start, end) of the `limit` passages that best match the question, best first, leading space and page markers
+    trimmed; fewer (or none) when fewer share a word with it."""
+    index = _index(text)
+    scores = _scores(index, question)
+    order = sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-scores[i], i))
+    return [_trim(text, *index.spans[i]) for i in order[:limit]]
+
+
+def quotes(text: str, question: str, n: int) -> list[str]:
+    """The texts of the n passages that best match the question (evidence), to quote in the question's turn."""
+    return [text[a:b] for a, b in evidence(text, question, limit=n)] if n > 0 else []
+
+
+def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3) -> list[Source]:
+    """The passages of `text` an answer relies on, best first: ranked by the question, with the answer's words as a
+    second signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. Empty when neither the
+    answer nor the question shares a word with the document."""
+    if not text.strip():
+        return []
+    index = _index(text)
+    asked, said = _scores(index, question), _scores(index, answer)
+    combined = _unit(asked) + ANSWER_WEIGHT * _unit(said)
+    order = sorted((i for i in range(len(combined)) if combined[i] > 0), key=lambda i: (-combined[i], i))
+    if not order:
+        return []
+    best = combined[order[0]]
+    asked_words, said_words = set(terms(question)), set(terms(answer))
+    found = []
+    for i in order[:limit]:
+        if combined[i] < 0.5 * best:
+            break
+        start, end = _trim(text, *index.spans[i])
+        found.append(Source(text=text[start:end], start=start, end=end, page=page_at(text, start) if pages else None,
+                            score=round(float(combined[i]), 3), mark=_best_sentence(text, start, end, asked_words, said_words)))
+    return found
+
+
+def _unit(scores: np.ndarray) -> np.ndarray:
+    """Scores scaled so the best is 1 (all zeros stay zeros)."""
+    top = scores.max() if len(scores) else 0.0
+    return scores / top if top > 0 else scores
+
+
+def _best_sentence(text: str, start: int, end: int, asked: set[str], said: set[str]) -> tuple[int, int]:
+    """(start, end) of the sentence of text[start:end] sharing the most distinct words with the answer (twice) and
+    the question; (start, start) if it shares none."""
+    best, best_span = 0, (start, start)
+    cuts = [start] + [start + m.end() for m in _MARK_END.finditer(text[start:end])] + [end]
+    for a, b in zip(cuts, cuts[1:]):
+        words = set(terms(text[a:b]))
+        shared = 2 * len(words & said) + len(words & asked)
+        if shared > best:
+            a, b = _trim(text, a, b)
+            best, best_span = shared, (a, b)
+    return best_span
 
 
 def page_at(text: str, offset: int) -> int:
@@ -83,37 +179,14 @@ def page_at(text: str, offset: int) -> int:
     return page
 
 
-def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3) -> list[Source]:
-    """The passages of `text` that best support `answer`, best first: at most `limit`, each scoring at least half
-    the best. Empty when the answer shares no word with the document."""
-    wanted = sorted(set(terms(answer)))  # sorted: a float sum in set order would vary with the process's hash seed
-    if not wanted or not text.strip():
-        return []
-    asked = sorted(set(terms(question)) - set(wanted))
-    spans, counts, idf = _index(text)
-    scored = []
-    for (start, end), count in zip(spans, counts):
-        score = sum(idf[t] for t in wanted if t in count) + 0.25 * sum(idf[t] for t in asked if t in count)
-        if any(t in count for t in wanted):
-            scored.append((score, start, end))
-    if not scored:
-        return []
-    scored.sort(key=lambda s: (-s[0], s[1]))
-    best = scored[0][0]
-    found = []
-    for score, start, end in scored[:limit]:
-        if score < 0.5 * best:
-            break
-        start = _skip_space(text, start)
-        if marker := _PAGE.match(text, start):  # the page's own "[Page N]" line is not a quote
-            start = _skip_space(text, marker.end())
-        quote = text[start:end].rstrip()
-        found.append(Source(text=quote, start=start, end=start + len(quote),
-                            page=page_at(text, start) if pages else None, score=round(score, 3)))
-    return found
-
-
-def _skip_space(text: str, offset: int) -> int:
-    while offset < len(text) and text[offset].isspace():
-        offset += 1
-    return offset
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span without leading and trailing space, nor the "[Page N]" line a page's first passage starts with."""
+    while start < end and text[start].isspace():
+        start += 1
+    if marker := _PAGE.match(text, start, end):
+        start = marker.end()
+        while start < end and text[start].isspace():
+            start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end

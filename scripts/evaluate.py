@@ -7,6 +7,11 @@ contains one of the question's facts (see fact_in), and *looping* when its token
     .venv/bin/python scripts/evaluate.py                       # the whole set, a table row per question, a summary
     .venv/bin/python scripts/evaluate.py --limit 3 --threads 1   # a quick check
     .venv/bin/python scripts/evaluate.py --json                  # one JSON object: settings, rows, summary
+    .venv/bin/python scripts/evaluate.py --squad covid-qa.json --lang en --squad cmrc2018_trial.json --lang zh
+
+--squad reads public reading-comprehension data in SQuAD's JSON layout (SQuAD, CMRC 2018, DRCD, COVID-QA): whole
+articles, or several short ones under their titles, become documents of min..max characters, and up to --per-doc
+questions each, spread over the document (docs/quality.md says which files and why).
 
 Reported for the whole set, per language (zh when the question has CJK characters, else en) and per document:
 share correct, share looping, mean and median answer time, mean new tokens, the stop reasons, and, when kvqa's
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import string
 import statistics
 import sys
 import unicodedata
@@ -46,6 +52,7 @@ class Question:
     question: str
     facts: list[str]
     page: int | None
+    start: int | None = None  # where the first gold answer starts in its document (public sets)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Reply:
     sources: list[tuple[str, int | None]] | None  # (text, page) of each source; None when the API gives none
     decode_tokens_per_s: float = 0.0
     drafted_per_step: float = 0.0
+    ttft_s: float = 0.0
+    unsupported: tuple[str, ...] | None = None  # the answer's figures and names the document lacks
 
 
 def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, question: str, *,
@@ -71,6 +80,7 @@ def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, ques
         text=answer.text, token_ids=tuple(answer.token_ids), stop_reason=str(answer.stop_reason),
         answer_s=answer.timings.answer_s, new_tokens=answer.timings.new_tokens,
         decode_tokens_per_s=answer.timings.decode_tokens_per_s, drafted_per_step=answer.timings.drafted_per_step,
+        ttft_s=answer.timings.ttft_s, unsupported=getattr(answer, "unsupported", None),
         sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page")) for s in sources],
     )
 
@@ -124,6 +134,40 @@ def is_looping(token_ids: Sequence[int], *, min_span: int = LOOP_MIN_SPAN, copie
     return False
 
 
+def squad_normalise(text: str) -> str:
+    """SQuAD's answer normalisation (lower case, no punctuation, no a/an/the, single spaces); for CJK text, also no
+    spaces and CJK punctuation removed, as CMRC 2018's evaluation does."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = "".join(" " if c in string.punctuation or unicodedata.category(c).startswith("P") else c for c in text)
+    text = " ".join(w for w in text.split() if w not in ("a", "an", "the"))
+    return text.replace(" ", "") if language(text) == "zh" else text
+
+
+def gold_in(text: str, golds: Sequence[str]) -> bool:
+    """True when a normalised gold answer occurs in the normalised text (the answer "contains the gold")."""
+    answer = squad_normalise(text)
+    return any(g and g in answer for g in map(squad_normalise, golds))
+
+
+def _f1_units(text: str) -> list[str]:
+    """Words for English, characters for CJK (CMRC 2018 scores Chinese by character)."""
+    normal = squad_normalise(text)
+    return list(normal) if language(text) == "zh" else normal.split()
+
+
+def token_f1(text: str, golds: Sequence[str]) -> float:
+    """SQuAD's token F1 against the best-matching gold answer."""
+    best = 0.0
+    predicted = _f1_units(text)
+    for gold in golds:
+        truth = _f1_units(gold)
+        common = sum((Counter(predicted) & Counter(truth)).values())
+        if common:
+            precision, recall = common / len(predicted), common / len(truth)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
 def language(text: str) -> str:
     """"zh" when the text has a CJK ideograph, else "en"."""
     return "zh" if any("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) else "en"
@@ -140,6 +184,69 @@ def load_questions(path: Path) -> list[Question]:
     return questions
 
 
+def load_squad(path: Path, *, lang: str, min_chars: int, max_chars: int, per_doc: int,
+               max_gold_words: int | None = None) -> tuple[dict[str, str], list[Question]]:
+    """Documents and questions from a file in SQuAD's layout: each article whose paragraphs together have min..max
+    characters is a document; shorter articles are joined, each under its title, until the next would pass max.
+    Per document, up to per_doc questions, spread evenly over where their answers lie. max_gold_words: keep only
+    questions whose first gold answer has at most this many words (CJK: characters / 2)."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    texts: dict[str, str] = {}
+    questions: list[Question] = []
+    group: list[dict] = []
+
+    def words(text: str) -> float:
+        return len(text) / 2 if language(text) == "zh" else len(text.split())
+
+    def emit(articles: list[dict]) -> None:
+        name = f"{path.stem}-{len(texts) + 1:03d}"
+        parts, asked = [], []
+        offset = 0
+        for article in articles:
+            head = f"## {article.get('title', '')}\n\n" if len(articles) > 1 else ""
+            offset += len(head)
+            for para in article["paragraphs"]:
+                context = para["context"].strip("\n")
+                for qa in para["qas"]:
+                    golds = [a["text"] for a in qa.get("answers", []) if a["text"].strip()]
+                    if not golds or qa.get("is_impossible") or not qa["question"].strip():
+                        continue
+                    if max_gold_words is not None and words(golds[0]) > max_gold_words:
+                        continue
+                    at = context.find(golds[0])
+                    asked.append(Question(doc=name, question=qa["question"].strip(), facts=golds, page=None,
+                                          start=offset + max(at, 0)))
+                parts.append(head + context)
+                offset += len(context) + 2
+                head = ""
+        text = "\n\n".join(parts)
+        texts[name] = text
+        asked.sort(key=lambda q: q.start)
+        if len(asked) > per_doc:  # evenly spread: the i-th of per_doc quantiles
+            picks = dict.fromkeys(round(i * (len(asked) - 1) / max(per_doc - 1, 1)) for i in range(per_doc))
+            asked = [asked[i] for i in picks]
+        questions.extend(asked)
+
+    def size(articles: list[dict]) -> int:
+        return sum(len(p["context"]) + 2 for a in articles for p in a["paragraphs"]) + 16 * len(articles)
+
+    for article in data:
+        if min_chars <= size([article]) <= max_chars:
+            emit([article])
+        elif size([article]) < min_chars:
+            if group and size(group + [article]) > max_chars:
+                if size(group) >= min_chars:
+                    emit(group)
+                group = []
+            group.append(article)
+            if size(group) >= min_chars:
+                emit(group)
+                group = []
+    for q in questions:
+        assert language(q.question) == lang or lang == "any", f"{q.question!r} is not {lang}"
+    return texts, questions
+
+
 def score(question: Question, reply: Reply) -> dict[str, Any]:
     """One result row: the question, the answer and its figures."""
     first = reply.sources[0] if reply.sources else None
@@ -151,6 +258,10 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "stop_reason": reply.stop_reason, "new_tokens": reply.new_tokens, "seconds": round(reply.answer_s, 3),
         "source_correct": None if reply.sources is None else first is not None and has_fact(first[0], question.facts),
         "source_page": first[1] if first else None,
+        "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
+        "gold_in_source": first is not None and gold_in(first[0], question.facts),
+        "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
+        "unsupported": None if reply.unsupported is None else list(reply.unsupported),
     }
 
 
@@ -169,7 +280,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_new_tokens": statistics.fmean(r["new_tokens"] for r in rows),
         "stop_reasons": dict(Counter(r["stop_reason"] for r in rows)),
         "source_correct": sum(r["source_correct"] for r in with_sources) / n if with_sources else None,
+        "gold_in_answer": sum(r["gold_in_answer"] for r in rows) / n,
+        "f1": statistics.fmean(r["f1"] for r in rows),
+        "gold_in_source": sum(r["gold_in_source"] for r in rows) / n,
+        "answer_in_question_lang": sum(r["answer_lang"] == r["lang"] for r in rows) / n,
+        "median_ttft_s": statistics.median(r["ttft_s"] for r in rows),
+        **_marked(rows),
     }
+
+
+def _marked(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many answers were marked as naming what the document lacks, and how many of those were wrong."""
+    marked = [r for r in rows if r["unsupported"]]
+    if not any(r["unsupported"] is not None for r in rows):
+        return {"marked": None, "marked_wrong": None}
+    return {"marked": len(marked), "marked_wrong": sum(not r["gold_in_answer"] for r in marked),
+            "unmarked_right": sum(r["gold_in_answer"] for r in rows if not r["unsupported"])}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -204,24 +330,44 @@ def row_line(row: dict[str, Any]) -> str:
 HEADER = f"{'doc':<22} {'question':<44} {'ok':>4} {'loop':>4} {'stop':>7} {'tok':>4} {'s':>7}"
 
 
-def summary_lines(result: dict[str, Any]) -> list[str]:
-    """The summary as a table: all questions, then each language, then each document."""
+def summary_lines(result: dict[str, Any], *, per_document: bool = True) -> list[str]:
+    """The summary as a table: all questions, then each language, then (unless per_document=False) each document.
+    gold: the answer contains a gold answer (SQuAD-normalised); f1: token F1; src: the first source contains it;
+    lang: the answer is in the question's language; marked: answers marked as naming what the document lacks
+    (of them wrong)."""
     def line(name: str, s: dict[str, Any]) -> str:
-        src = "n/a" if s["source_correct"] is None else f"{s['source_correct']:.0%}"
         stops = ", ".join(f"{k} {v}" for k, v in sorted(s["stop_reasons"].items()))
-        return (f"{fit(name, 26)} {s['questions']:>3} {s['correct']:>8.0%} {s['looping']:>8.0%} "
-                f"{s['looped_to_limit']:>9.0%} {s['mean_s']:>7.2f} "
-                f"{s['median_s']:>9.2f} {s['mean_new_tokens']:>9.1f} {src:>8}  {stops}")
-    lines = [f"{'':<26} {'n':>3} {'correct':>8} {'looping':>8} {'to limit':>9} {'mean s':>7} {'median s':>9} {'mean tok':>9} "
-             f"{'sources':>8}  stop reasons", line("all", result["all"])]
+        marked = "n/a" if s["marked"] is None else f"{s['marked']} ({s['marked_wrong']})"
+        return (f"{fit(name, 26)} {s['questions']:>3} {s['gold_in_answer']:>6.0%} {s['f1']:>5.2f} "
+                f"{s['gold_in_source']:>5.0%} {s['looping']:>6.0%} {s['looped_to_limit']:>6.0%} "
+                f"{s['answer_in_question_lang']:>5.0%} {s['median_ttft_s']:>6.2f} {s['median_s']:>6.2f} "
+                f"{marked:>8}  {stops}")
+    lines = [f"{'':<26} {'n':>3} {'gold':>6} {'f1':>5} {'src':>5} {'loop':>6} {'limit':>6} {'lang':>5} "
+             f"{'ttft':>6} {'ans s':>6} {'marked':>8}  stop reasons", line("all", result["all"])]
     lines += [line(f"language {k}", s) for k, s in result["by_language"].items()]
-    lines += [line(k, s) for k, s in result["by_document"].items()]
+    if per_document:
+        lines += [line(k, s) for k, s in result["by_document"].items()]
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=Path, default=QUESTIONS, help="questions.jsonl (documents beside it)")
+    parser.add_argument("--squad", type=Path, action="append", default=[],
+                        help="a public set in SQuAD's JSON layout instead of --questions (repeatable; see --lang)")
+    parser.add_argument("--lang", action="append", default=[], help="each --squad file's language: en or zh")
+    parser.add_argument("--docs", type=int, default=None, help="only the first N documents of each --squad file")
+    parser.add_argument("--per-doc", type=int, default=4, help="questions per document of a --squad file")
+    parser.add_argument("--min-chars", type=int, default=6000, help="a --squad document's least characters")
+    parser.add_argument("--max-chars", type=int, default=28000, help="a --squad document's most characters")
+    parser.add_argument("--zh-min-chars", type=int, default=2500, help="--min-chars for Chinese files")
+    parser.add_argument("--zh-max-chars", type=int, default=5000, help="--max-chars for Chinese files")
+    parser.add_argument("--max-gold-words", type=int, default=5,
+                        help="--squad: keep questions whose gold answer has at most this many words")
+    parser.add_argument("--quote-variants", default=None, metavar="N,M",
+                        help="answer every question once per number of quoted passages (same prefill), e.g. 0,1")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a kvqa Config setting for this run, e.g. --set quote_passages=0 (repeatable)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
@@ -241,25 +387,52 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    questions = load_questions(args.questions)[:args.limit]
+    texts: dict[str, str] = {}
+    if args.squad:
+        if len(args.lang) != len(args.squad):
+            parser.error("give one --lang for each --squad file")
+        questions = []
+        for path, lang in zip(args.squad, args.lang):
+            docs, asked = load_squad(path, lang=lang, min_chars=args.zh_min_chars if lang == "zh" else args.min_chars,
+                                     max_chars=args.zh_max_chars if lang == "zh" else args.max_chars,
+                                     per_doc=args.per_doc, max_gold_words=args.max_gold_words)
+            keep = list(docs)[:args.docs]
+            texts.update({name: docs[name] for name in keep})
+            questions += [q for q in asked if q.doc in keep]
+    else:
+        questions = load_questions(args.questions)
+    questions = questions[:args.limit]
     if not questions:
         parser.error("no questions to ask")
-    config = kvqa.config.config_from_env({}, max_new_tokens=args.max_new_tokens, repeat_stop=args.repeat_stop,
+    overrides = dict(item.split("=", 1) for item in args.set)
+    config = kvqa.config.config_from_env({kvqa.config.ENVIRONMENT[k]: v for k, v in overrides.items()},
+                                         max_new_tokens=args.max_new_tokens, repeat_stop=args.repeat_stop,
                                          dtype=args.dtype, draft_tokens=args.draft_tokens)
     engine = kvqa.make_engine(config)
     info = engine.load()
     plain = kvqa.LocalEngine(replace(config, draft_tokens=0), lm=engine.lm) if args.draft_compare else None
+    variants = ([int(v) for v in args.quote_variants.split(",")] if args.quote_variants
+                else [config.quote_passages])
+    engines = {v: kvqa.LocalEngine(replace(config, quote_passages=v), lm=engine.lm) for v in variants}
     log = sys.stderr if args.json else sys.stdout
     if not args.json:
         print(HEADER)
     rows, documents = [], []
     for doc in dict.fromkeys(q.doc for q in questions):  # each document once, in file order
-        prefilled = engine.prefill(kvqa.load_document(args.questions.parent / doc, config=config))
+        document = (kvqa.document_from_text(texts[doc], name=doc) if doc in texts
+                    else kvqa.load_document(args.questions.parent / doc, config=config))
+        try:
+            prefilled = engine.prefill(document)
+        except kvqa.DocumentTooLong as e:
+            print(f"# {doc}: skipped, {e}", file=log, flush=True)
+            questions = [q for q in questions if q.doc != doc]
+            continue
         documents.append({"doc": doc, "tokens": prefilled.tokens, "prefill_s": round(prefilled.prefill_s, 3)})
         print(f"# {doc}: {prefilled.tokens} tokens, prefill {prefilled.prefill_s:.2f} s", file=log, flush=True)
-        for question in (q for q in questions if q.doc == doc):
-            reply = answer_question(engine, prefilled, question.question, max_new_tokens=args.max_new_tokens)
+        for question, quote in ((q, v) for q in questions if q.doc == doc for v in variants):
+            reply = answer_question(engines[quote], prefilled, question.question, max_new_tokens=args.max_new_tokens)
             row = score(question, reply)
+            row["quote"] = quote
             row["drafted_per_step"] = round(reply.drafted_per_step, 3)
             if plain is not None:
                 undrafted = answer_question(plain, prefilled, question.question, max_new_tokens=args.max_new_tokens)
@@ -271,7 +444,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(row_line(row), flush=True)
                 if args.show_answers:
                     print(f"    -> {json.dumps(row['answer'], ensure_ascii=False)}", flush=True)
-    result = summary(rows)
+    result = summary([r for r in rows if r["quote"] == variants[-1]])
+    if len(variants) > 1:
+        result["by_quote"] = {v: summary([r for r in rows if r["quote"] == v]) for v in variants}
     if plain is not None:
         speedups = [r["draft_speedup"] for r in rows if r["draft_speedup"]]
         result["drafting"] = {
@@ -280,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_speedup": statistics.median(speedups) if speedups else None,
             "mean_drafted_per_step": statistics.fmean(r["drafted_per_step"] for r in rows)}
     if args.json:
-        settings = {"model": info.model, "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads(),
+        settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model, "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
         print(json.dumps({"settings": settings, "documents": documents, "rows": rows, "summary": result},
                          ensure_ascii=False, indent=1))
@@ -289,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model {info.model} ({info.dtype}), max new tokens {args.max_new_tokens}, repeat stop "
               f"{config.repeat_stop}, torch threads {torch.get_num_threads()}; "
               f"looping: a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row")
-        print("\n".join(summary_lines(result)))
+        for v, part in result.get("by_quote", {variants[-1]: result}).items():
+            print(f"\n{v} passage(s) quoted in the question's turn:")
+            print("\n".join(summary_lines(part, per_document=not args.squad)))
         if "drafting" in result:
             d = result["drafting"]
             print(f"drafting {d['draft_tokens']} tokens: answers identical to undrafted {d['answers_identical']} of "

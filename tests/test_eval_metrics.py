@@ -108,7 +108,17 @@ def test_summary_shares_and_times():
              "stop_reason": "length", "source_correct": None},
             {"doc": "b", "lang": "zh", "correct": True, "looping": False, "looped_to_limit": False, "seconds": 8.0, "new_tokens": 20,
              "stop_reason": "eos", "source_correct": None}]
+    public = [dict(gold_in_answer=True, f1=1.0, gold_in_source=True, answer_lang="en", ttft_s=0.2, unsupported=[]),
+              dict(gold_in_answer=False, f1=0.0, gold_in_source=True, answer_lang="zh", ttft_s=0.4,
+                   unsupported=["1802"]),
+              dict(gold_in_answer=False, f1=0.5, gold_in_source=False, answer_lang="zh", ttft_s=0.3,
+                   unsupported=["12"])]
+    rows = [{**row, **extra} for row, extra in zip(rows, public)]
     result = evaluate.summary(rows)
+    assert result["all"]["gold_in_answer"] == pytest.approx(1 / 3) and result["all"]["f1"] == pytest.approx(0.5)
+    assert result["all"]["gold_in_source"] == pytest.approx(2 / 3) and result["all"]["median_ttft_s"] == 0.3
+    assert result["all"]["answer_in_question_lang"] == pytest.approx(2 / 3)  # the English row answered in Chinese
+    assert result["all"]["marked"] == 2 and result["all"]["marked_wrong"] == 2 and result["all"]["unmarked_right"] == 1
     assert result["all"]["correct"] == pytest.approx(2 / 3) and result["all"]["looping"] == pytest.approx(1 / 3)
     assert result["all"]["looped_to_limit"] == pytest.approx(1 / 3)
     assert result["all"]["median_s"] == 3.0 and result["all"]["mean_new_tokens"] == 20.0
@@ -120,7 +130,7 @@ def fake_answer(sources):
     """An object shaped like kvqa's Answer, with `sources` when given."""
     answer = SimpleNamespace(text="It was founded in 1994.", token_ids=(1, 2, 3), stop_reason="eos",
                              timings=SimpleNamespace(answer_s=0.5, new_tokens=3, decode_tokens_per_s=4.0,
-                                                     drafted_per_step=0.0))
+                                                     drafted_per_step=0.0, ttft_s=0.1))
     if sources is not None:
         answer.sources = sources
     return answer
@@ -169,3 +179,35 @@ def test_each_question_is_answered_in_its_document(q):
         assert on_page, f"no fact on page {q.page}"
         elsewhere = [n for n, text in enumerate(pages, start=1) if n != q.page and evaluate.has_fact(text, on_page)]
         assert not elsewhere, f"the fact is also on page(s) {elsewhere}"
+
+
+# --- public sets ---
+
+@pytest.mark.parametrize("text, golds, inside, f1", [
+    ("It was founded in 1994 by Ruth.", ["1994"], True, 0.25),  # precision 1/7, recall 1
+    ("The Answer: the Seven Arches!", ["seven arches"], True, 0.8),  # case, punctuation and articles do not count
+    ("It was founded in 1995.", ["1994"], False, 0.0),
+    ("合作社成立于2009年。", ["2009年"], True, 0.625),  # by character: precision 5/11, recall 1
+    ("", ["1994"], False, 0.0),
+])
+def test_gold_and_f1_as_squad_scores_them(text, golds, inside, f1):
+    assert evaluate.gold_in(text, golds) is inside
+    assert evaluate.token_f1(text, golds) == pytest.approx(f1)
+
+
+def test_public_sets_make_documents_of_the_asked_size_with_questions_spread(tmp_path):
+    import json
+    articles = [{"title": f"T{i}", "paragraphs": [
+        {"context": f"Paragraph {i}.{j} says the value is {i * 10 + j}. " * 8,
+         "qas": [{"question": f"What is value {i}.{j}?", "id": f"{i}-{j}",
+                  "answers": [{"text": str(i * 10 + j), "answer_start": 0}]}]} for j in range(4)]} for i in range(6)]
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps({"data": articles}))
+    texts, questions = evaluate.load_squad(path, lang="en", min_chars=2000, max_chars=4000, per_doc=3)
+    assert texts and all(2000 <= len(t) <= 4000 for t in texts.values())
+    for name, text in texts.items():
+        asked = [q for q in questions if q.doc == name]
+        assert len(asked) == 3 and all(q.facts[0] in text for q in asked)
+        starts = [q.start for q in asked]
+        assert starts == sorted(starts) and starts[-1] > len(text) / 2  # spread to the end, not bunched at the start
+        assert text.startswith("## T")  # short articles are joined under their titles

@@ -26,7 +26,8 @@ from ..messages import Message
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..results import Answer, AnswerStream, PrefilledDocument
-from ..sources import find_sources
+from ..sources import find_sources, quotes
+from ..support import unsupported
 from ..timing import Timings, now
 from .base import EngineInfo
 
@@ -147,16 +148,19 @@ def stream(
     repeat_stop: int = 0,
     draft: int = 0,
     history: Sequence[tuple[str, str]] = (),
+    quote: int = 0,
 ) -> AnswerStream:
     """Answer from the prefilled cache, streaming; the cache is left as it was. history: earlier (question, answer)
     turns the question follows up on, read after the document (and, like the question, never kept in its cache).
+    quote: how many of the document's passages that best match the question are quoted in its turn.
     should_stop() is checked before each new token; when it says so the answer ends with stop_reason "stopped".
     repeat_stop, draft: see decode_n_tokens. The Answer carries the passages it relies on. Bad questions raise here,
     at once."""
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
-    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history)
+    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history,
+                                  quotes=quotes(doc.document.text, question, quote))
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
     return AnswerStream(with_sources(pieces, doc.document, question))
@@ -193,6 +197,7 @@ def stream_without_cache(
     draft: int = 0,
     same_schedule: bool = False,
     history: Sequence[tuple[str, str]] = (),
+    quote: int = 0,
 ) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
@@ -200,7 +205,8 @@ def stream_without_cache(
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
     prefix = prompt.prefix_ids(document.text)
-    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history)
+    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history,
+                                       quotes=quotes(document.text, question, quote))
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
@@ -227,11 +233,12 @@ def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, **op
 
 def with_sources(pieces: Generator[str, None, Answer], document: Document,
                  question: str) -> Generator[str, None, Answer]:
-    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources)."""
+    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources) and what it
+    names that the document lacks (kvqa.support)."""
     answer = yield from pieces
     started = time.perf_counter()
     found = find_sources(document.text, answer.text, question, pages=document.pages is not None)
-    return replace(answer, sources=tuple(found),
+    return replace(answer, sources=tuple(found), unsupported=unsupported(answer.text, document.text, question),
                    timings=replace(answer.timings, sources_s=time.perf_counter() - started))
 
 
@@ -264,12 +271,30 @@ def repeated_tail(tokens: list[int], *, max_period: int = 64) -> tuple[int, int]
     return best
 
 
-def is_looping(tokens: list[int], min_run: int) -> bool:
-    """True when the answer ends by saying something again: a span repeated whole, over at least min_run tokens."""
+def is_looping(tokens: list[int], min_run: int, *, digits: frozenset[int] = frozenset()) -> bool:
+    """True when the answer ends by saying something again: a span repeated whole, over at least min_run tokens.
+    Tokens in `digits` (a tokenizer's number tokens: see number_tokens) count as one and the same, so a list that
+    counts up ("2. It takes ... 3. It takes ...") repeats too."""
     if min_run <= 0 or len(tokens) < min_run:
         return False
+    if digits:
+        tokens = [-1 if t in digits else t for t in tokens]
     period, run = repeated_tail(tokens)
     return run >= max(period, min_run)
+
+
+_number_tokens: dict[int, frozenset[int]] = {}
+
+
+def number_tokens(tokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's tokens that are digits only (with a leading space or not); computed once per
+    tokenizer."""
+    key = id(tokenizer)
+    if key not in _number_tokens:
+        vocab = tokenizer.get_vocab()
+        ids = [i for token, i in vocab.items() if tokenizer.convert_tokens_to_string([token]).strip().isdigit()]
+        _number_tokens[key] = frozenset(ids)
+    return _number_tokens[key]
 
 
 class Drafter:
@@ -320,6 +345,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken
     ttft = now(lm.device) - started
     drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None  # indexed after the first token
+    digits = number_tokens(lm.tokenizer) if repeat_stop > 0 else frozenset()
     while stop_reason == "length" and len(tokens) < max_new_tokens:
         for token in pending:
             if should_stop is not None and should_stop():
@@ -330,7 +356,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
                 tokens.append(token)
                 if drafter is not None:
                     drafter.add(token)
-                if is_looping(tokens, repeat_stop):
+                if is_looping(tokens, repeat_stop, digits=digits):
                     stop_reason = "repeating"
             if stop_reason != "length" or len(tokens) == max_new_tokens:
                 break
@@ -358,6 +384,8 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
             single_s, singles = single_s + time.perf_counter() - step_started, singles + 1
     total = now(lm.device) - started
     final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+    if stop_reason != "eos":  # cut by the limit (or a stop): end at the last whole character, not half of one
+        final = final.rstrip("\ufffd")
     if final != text and final.startswith(text):
         yield final[len(text):]
     timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total,
@@ -435,7 +463,7 @@ class LocalEngine:
                history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, temperature=self.config.temperature,
                       seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop,
-                      draft=self.config.draft_tokens, history=history)
+                      draft=self.config.draft_tokens, history=history, quote=self.config.quote_passages)
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
@@ -444,7 +472,7 @@ class LocalEngine:
                                     max_new_tokens=max_new_tokens, temperature=self.config.temperature,
                                     seed=self.config.seed, should_stop=should_stop,
                                     repeat_stop=self.config.repeat_stop, draft=self.config.draft_tokens,
-                                    history=history)
+                                    history=history, quote=self.config.quote_passages)
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         """How many of the latest turns of `history` fit before the question in the room the cache keeps."""

@@ -34,7 +34,8 @@ from ..documents import Document
 from ..errors import (DocumentTooLong, EngineBusy, EngineDisconnected, EngineError, EngineRefused, EngineTimeout,
                       EngineUnreachable, QuestionError)
 from ..messages import Message
-from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, system_text
+from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
+from ..sources import quotes
 from ..results import Answer, AnswerStream, PrefilledDocument
 from ..timing import Timings
 from .base import EngineInfo
@@ -139,8 +140,8 @@ class RemoteEngine:
         limit = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
         if not 1 <= limit <= doc.max_new_tokens:
             raise QuestionError("question.max_new_tokens_server", most=doc.max_new_tokens, asked=limit)
-        pieces = self._answer(doc.cache.system, _checked(question), max_new_tokens=limit, should_stop=should_stop,
-                              used_cache=True, history=history)
+        pieces = self._answer(doc.cache.system, self._turn(doc.document, question), max_new_tokens=limit,
+                              should_stop=should_stop, used_cache=True, history=history, question=question)
         return AnswerStream(with_sources(pieces, doc.document, question))
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
@@ -148,10 +149,14 @@ class RemoteEngine:
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         """The same request, asking the server not to use its prefix cache (llama.cpp: cache_prompt false; vLLM: a
         fresh cache_salt). A server that ignores both says so in the answer's cached_tokens."""
-        pieces = self._answer(system_text(document.text), _checked(question),
+        pieces = self._answer(system_text(document.text), self._turn(document, question),
                               max_new_tokens=max_new_tokens or self.config.max_new_tokens, should_stop=should_stop,
-                              used_cache=False, history=history)
+                              used_cache=False, history=history, question=question)
         return AnswerStream(with_sources(pieces, document, question))
+
+    def _turn(self, document: Document, question: str) -> str:
+        """The user turn: the question with the passages that best match it quoted (Config.quote_passages)."""
+        return question_turn(_checked(question), quotes(document.text, question, self.config.quote_passages))
 
     def count_tokens(self, text: str) -> int:
         """The server's count (POST /tokenize, llama.cpp and vLLM); EngineError where it has none."""
@@ -180,15 +185,17 @@ class RemoteEngine:
 
     # ---- one answer
 
-    def _answer(self, system: str, question: str, *, max_new_tokens: int, should_stop: Callable[[], bool] | None,
-                used_cache: bool, history: Sequence[tuple[str, str]] = ()) -> Generator[str, None, Answer]:
-        """Stream one answer; yields text, returns the Answer. Leaving early closes the response: the server
-        aborts."""
+    def _answer(self, system: str, turn: str, *, max_new_tokens: int, should_stop: Callable[[], bool] | None,
+                used_cache: bool, history: Sequence[tuple[str, str]] = (),
+                question: str | None = None) -> Generator[str, None, Answer]:
+        """Stream one answer to the user turn `turn` (`question`, with quotes, when given); yields text, returns the
+        Answer. Leaving early closes the response: the server aborts."""
+        question = turn if question is None else question
         body = {"model": self.info.model, "stream": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "system", "content": system},
                              *({"role": role, "content": text} for turn in history
                                for role, text in zip(("user", "assistant"), turn)),
-                             {"role": "user", "content": question}],
+                             {"role": "user", "content": turn}],
                 "max_tokens": max_new_tokens, "temperature": self.config.temperature}
         if self.config.seed is not None:
             body["seed"] = self.config.seed

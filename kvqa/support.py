@@ -1,0 +1,51 @@
+"""What an answer says that the document does not: its numbers and names missing from the document's text.
+
+A check on the surface, not on meaning: a number counts as found when the document has the same digits (thousands
+separators and full-width digits aside) not inside a longer number; a name (a capitalised word that does not start a
+sentence, or any capitalised word in a run of two or more) when the document has the word in any case. Words the
+question uses are never marked. CJK answers are checked for numbers only (names need a segmenter).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
+_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+[A-Z][a-zA-Z'\-]+)*")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[-*•]\s+|\d+\.\s+)$")
+_LIST_MARKER = re.compile(r"\d{1,2}[.)](?:\s|$)")
+_COMMON = frozenset("""I A An The This That These Those It Its In On At For From To Of And But Or Yes No Not None
+According Based Answer Question Document Documents Page Pages Section Sections Table Figure The""".split())
+
+
+def _plain(text: str) -> str:
+    """NFKC (full-width digits become ASCII), thousands separators dropped."""
+    return re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", unicodedata.normalize("NFKC", text))
+
+
+def _has_number(document: str, number: str) -> bool:
+    """True when the number occurs in the document and is not part of a longer number there."""
+    return re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)", document) is not None
+
+
+def unsupported(answer: str, document: str, question: str = "") -> tuple[str, ...]:
+    """The numbers and names in `answer` that neither `document` nor `question` contains, in order, each once."""
+    plain_doc, plain_answer, plain_question = _plain(document), _plain(answer), _plain(question)
+    lower_doc = plain_doc.lower() + "\n" + plain_question.lower()
+    missing: list[str] = []
+    for m in _NUMBER.finditer(plain_answer):
+        number = m.group().rstrip(".,:")
+        if _LIST_MARKER.match(plain_answer, m.start()) and _SENTENCE_START.search(plain_answer[:m.start()]):
+            continue  # "2. " numbering a list, not a figure
+        if not _has_number(plain_doc, number) and not _has_number(plain_question, number):
+            missing.append(number)
+    for m in _NAME.finditer(plain_answer):
+        words = m.group().split()
+        at_start = _SENTENCE_START.search(plain_answer[:m.start()]) is not None
+        for i, word in enumerate(words):
+            if (i == 0 and at_start and len(words) == 1) or word in _COMMON:
+                continue
+            if not re.search(rf"(?<!\w){re.escape(word.lower())}(?!\w)", lower_doc):
+                missing.append(word)
+    return tuple(dict.fromkeys(missing))
