@@ -1,0 +1,163 @@
+"""Evidence and honesty: passages ranked by the question (bm25s), the matching sentence marked, passages that never
+cross a heading, file or page, the best passage quoted in the question's turn on both paths, loops that count up,
+no half characters at the token limit, and the numbers and names an answer adds that the document lacks."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import kvqa
+import kvqa.engines.local as local
+from kvqa.documents import combine, document_from_text
+from kvqa.prompt import question_turn
+from kvqa.sources import evidence, find_sources, passages, quotes
+from kvqa.support import unsupported
+
+HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
+           "## The bridge\n\nThe new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. "
+           "It was designed by the engineer Hester Pryce, one of the few women working as a bridge engineer then. "
+           "It is 120 metres long.\n\n## The market\n\nThe market has been held on Thursdays since 1302. "
+           "Cheese and wool were sold there; today it sells mostly vegetables.")
+
+
+# --- passages and ranking ---
+
+def test_passages_never_cross_a_heading_a_page_or_a_file():
+    text = combine([document_from_text("# A\nOne. Two.\n## B\nThree.", name="a.md"),
+                    document_from_text("Four.\n\n[Page 2]\nFive.", name="b.txt")]).text
+    spans = passages(text)
+    for start, end in spans:
+        inner = text[start:end]
+        for marker in ("## B", "=== File 2", "[Page 2]"):
+            assert marker not in inner[1:], (marker, inner)  # a marker may only open a passage
+    assert "".join(text[a:b] for a, b in spans).strip() == text.strip().replace("\n\n", "\n\n")  # nothing lost
+
+
+def test_the_first_source_is_ranked_by_the_question_not_only_the_answer():
+    # a wrong answer that names the market must not pull the bridge question's evidence away from the bridge
+    found = find_sources(HISTORY, "It was built in 1302 for the market.", "Who designed the Seven Arches Bridge?")
+    assert found and "Hester Pryce" in found[0].text
+
+
+def test_the_sentence_holding_the_answer_is_marked():
+    found = find_sources(HISTORY, "The engineer Hester Pryce.", "Who designed the Seven Arches Bridge?")
+    assert found[0].marked.startswith("It was designed by the engineer Hester Pryce")
+    assert HISTORY[found[0].mark[0]:found[0].mark[1]] == found[0].marked
+
+
+def test_evidence_and_quotes_follow_the_question():
+    (start, end), = evidence(HISTORY, "On which day is the market held?")
+    assert "Thursdays" in HISTORY[start:end]
+    assert quotes(HISTORY, "On which day is the market held?", 0) == []
+    assert evidence(HISTORY, "zebra quantum?") == []  # nothing shared: nothing quoted rather than a guess
+
+
+def test_chinese_questions_find_chinese_passages():
+    text = ("青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。\n\n## 产品\n\n合作社主要生产绿茶和红茶，每年四月举办开茶节。"
+            "\n\n## 成员\n\n合作社现有社员三百一十二户。")
+    found = find_sources(text, "", "合作社每年几月举办开茶节？")
+    assert found and "开茶节" in found[0].marked
+
+
+# --- the question's turn ---
+
+def test_question_turn_quotes_in_the_question_language():
+    assert question_turn("Why?") == "Why?"
+    english = question_turn("Who designed it?", ["It was designed by Hester Pryce."])
+    assert english.index("Hester Pryce") < english.index("Who designed it?")
+    chinese = question_turn("谁设计的？", ["由林秀英设计。"])
+    assert "由林秀英设计。" in chinese and "问题：谁设计的？" in chinese and "中文" in chinese
+
+
+def test_quotes_that_do_not_fit_are_dropped_not_refused(tiny_lm):
+    prompt = kvqa.prompt.ChatPrompt.for_tokenizer(tiny_lm.tokenizer)
+    plain = prompt.question_ids("Who designed it?", limit=64)
+    long_quote = "The bridge was designed with great care. " * 40
+    assert prompt.question_ids("Who designed it?", limit=64, quotes=[long_quote]) == plain
+    quoted = prompt.question_ids("Who designed it?", limit=512, quotes=["Hester Pryce designed it."])
+    assert len(quoted) > len(plain)
+
+
+def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm):
+    document = document_from_text(HISTORY)
+    config = kvqa.Config(max_new_tokens=12, quote_passages=1)
+    engine = kvqa.LocalEngine(config, lm=tiny_lm)
+    doc = engine.prefill(document)
+    before = doc.cache.length
+    for question in ("Who designed the Seven Arches Bridge?", "On which day is the market held?"):
+        cached = engine.stream(doc, question).answer
+        whole = engine.stream_without_cache(document, question, prompt=doc.prompt).answer
+        assert cached.token_ids == whole.token_ids and cached.question == question
+        unquoted = kvqa.LocalEngine(kvqa.Config(max_new_tokens=12, quote_passages=0), lm=tiny_lm)
+        assert cached.timings.question_tokens > unquoted.stream(doc, question).answer.timings.question_tokens
+        assert doc.cache.length == before
+
+
+# --- loops and characters ---
+
+def test_a_list_that_counts_up_is_a_loop(default_lm):
+    tok = default_lm.tokenizer
+    digits = local.number_tokens(tok)
+    ids = tok("".join(f"{n}. It takes a structure that is defined by the structure name.\n" for n in range(2, 8)),
+              add_special_tokens=False)["input_ids"]
+    assert local.is_looping(ids, 12, digits=digits)
+    assert not local.is_looping(ids, 12)  # without the number rule the counter hides the repetition
+    prose = tok("In 1791 the bridge opened; in 1802 it was widened, and in 1958 a second span was added for trains.",
+                add_special_tokens=False)["input_ids"]
+    assert not local.is_looping(prose, 12, digits=digits)
+
+
+def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
+    tok = tiny_lm.tokenizer
+    ids = tok("答案是茶", add_special_tokens=False)["input_ids"]
+    cut = next(n for n in range(1, len(ids)) if tok.decode(ids[:n]).endswith("\ufffd"))  # mid-character
+    script = iter(ids)
+    monkeypatch.setattr(local, "choose", lambda logits, temperature, generator: next(script))
+    doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))
+    answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft=0)
+    assert answer.stop_reason == "length" and len(answer.token_ids) == cut
+    assert answer.text and not answer.text.endswith("\ufffd") and "答案是茶".startswith(answer.text)
+
+
+# --- what the document lacks ---
+
+@pytest.mark.parametrize("answer, missing", [
+    ("The Seven Arches Bridge was designed by Josiah Farrar in 1802.", ("1802", "Josiah", "Farrar")),
+    ("It was designed by Hester Pryce and completed in 1791.", ()),
+    ("The bridge is 120 metres long.", ()),
+    ("1. It is on the River Ashe.\n2. It was recorded in 1214.", ()),  # list numbers are not figures
+    ("About 1.2 billion people live in Wrenford.", ("1.2",)),
+    ("Bridge", ()),  # a capitalised first word is not a name
+    ("开茶节在四月，共有2000名游客。", ("2000",)),
+])
+def test_unsupported_lists_what_the_document_does_not_say(answer, missing):
+    assert unsupported(answer, HISTORY, "Who designed the bridge?") == missing
+
+
+def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
+    said = tiny_lm.tokenizer("Built in 1802.", add_special_tokens=False)["input_ids"]
+    script = itertools.chain(said, itertools.repeat(next(iter(tiny_lm.eos_ids))))
+    monkeypatch.setattr(local, "choose", lambda logits, temperature, generator: next(script))
+    doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config(max_new_tokens=16))
+    answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft=0)
+    assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)
+
+
+# --- shown under the answer ---
+
+@pytest.mark.parametrize("lang, heading, warning", [("en", "From the document, page 3:", "Not found in the document"),
+                                                    ("zh", "文档原文，第 3 页：", "文档中找不到")])
+def test_the_first_source_is_shown_with_its_sentence_marked_and_the_rest_folded(lang, heading, warning):
+    import app
+
+    found = find_sources(HISTORY, "The engineer Hester Pryce.", "Who designed the Seven Arches Bridge?")
+    sources = [kvqa.sources.Source(**{**s.__dict__, "page": 3}) for s in found]
+    block = app.sources_block(sources, lang, ("Farrar",))
+    shown, folded = block.split("<details", 1)
+    assert heading in shown and "<mark>It was designed by the engineer Hester Pryce" in shown
+    assert warning in shown and "Farrar" in shown
+    assert folded.count("<li>") == len(sources)
+    assert app.sources_block((), lang) == ""
+    assert "<mark>" not in app.sources_block((), lang, ())

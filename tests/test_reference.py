@@ -1,0 +1,95 @@
+"""Exactness against an outside reference: the default model loaded by transformers alone, in float32 with its stock
+attention (nothing of kvqa's `prepare`: no custom attention, no written-out step, no KVCache), answering with
+`generate(do_sample=False)` on the chat template's own ids. kvqa's cached answers must be the same token ids: the
+document read once, each question answered from that cache (with the passage kvqa quotes in the question's turn),
+and a follow-up three turns deep."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kvqa
+from kvqa.model import default_model_dir
+from kvqa.prompt import question_turn, system_text
+from kvqa.sources import quotes
+
+NEW_TOKENS = 32
+DOCUMENT = "\n\n".join([
+    "# The Lumaro CP-40 coffee press: owner's notes",
+    "The CP-40 was first sold in 2019 by Lumaro, a small company in Porto. Its glass jug holds 1.2 litres, enough "
+    "for eight cups, and its steel frame is guaranteed for 24 months from the date of purchase.",
+    "## Brewing",
+    "Use 60 grams of coarse ground coffee per litre of water. Pour water at 93 degrees, stir once, and wait four "
+    "minutes before pressing the plunger down slowly. A finer grind clogs the mesh filter and makes pressing hard.",
+    "## Cleaning",
+    "Take the plunger apart after each use: the mesh filter, the spiral plate and the cross plate unscrew from the "
+    "rod. Wash them in warm soapy water. The jug is dishwasher safe; the frame is not. Descale the jug once a month "
+    "with one part white vinegar to two parts water.",
+    "## Spare parts",
+    "Replacement mesh filters come in packs of three (part number CP-F3). A replacement jug is part CP-J12. Order "
+    "spare parts from the Lumaro shop in Porto or by post; delivery in Portugal takes two to four working days.",
+    "## Safety",
+    "Never use the press on a stove. Do not press with force: if the plunger will not go down, lift it a little and "
+    "press again slowly. Keep hot coffee away from children.",
+] + [f"Note {i}: the press was tested with {i * 5 + 20} brews in a row without wear on the seal." for i in range(40)])
+QUESTIONS = ["How much does the jug hold?", "How long should the coffee steep?", "What is the part number of the jug?"]
+FOLLOW_UPS = ["How do I clean the filter?", "Is the frame dishwasher safe?", "And how often should I descale?"]
+
+
+@pytest.fixture(scope="module")
+def stock():
+    """The default model as transformers loads it, with nothing of kvqa's applied: float32, stock SDPA attention."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = default_model_dir(kvqa.Config().cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
+    assert model.config._attn_implementation == "sdpa"
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def reference(stock, messages: list[dict]) -> tuple[int, ...]:
+    """generate(do_sample=False) on the chat template's ids, cut at the first end-of-turn token."""
+    model, tokenizer = stock
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False)
+    new = out[0, ids.shape[1]:].tolist()
+    ends = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", tokenizer.eos_token)}
+    return tuple(new[:next((i for i, t in enumerate(new) if t in ends), len(new))])
+
+
+@pytest.fixture(scope="module")
+def engine_and_doc(default_lm):
+    config = kvqa.Config(max_new_tokens=NEW_TOKENS, repeat_stop=0, quote_passages=1)
+    engine = kvqa.LocalEngine(config, lm=default_lm)
+    document = kvqa.document_from_text(DOCUMENT)
+    doc = engine.prefill(document)
+    assert 1000 <= doc.tokens <= 2000
+    return engine, doc
+
+
+@pytest.mark.parametrize("question", QUESTIONS)
+def test_cached_answers_equal_transformers_generate_with_stock_attention(stock, engine_and_doc, question):
+    engine, doc = engine_and_doc
+    answer = engine.stream(doc, question).answer
+    turn = question_turn(question, quotes(DOCUMENT, question, 1))
+    expected = reference(stock, [{"role": "system", "content": system_text(DOCUMENT)},
+                                 {"role": "user", "content": turn}])
+    assert len(expected) >= 4
+    assert answer.token_ids == expected, (answer.text, stock[1].decode(expected))
+    assert doc.cache.length == doc.tokens
+
+
+def test_a_three_turn_follow_up_equals_transformers_generate(stock, engine_and_doc):
+    engine, doc = engine_and_doc
+    history: list[tuple[str, str]] = []
+    messages = [{"role": "system", "content": system_text(DOCUMENT)}]
+    for question in FOLLOW_UPS:
+        answer = engine.stream(doc, question, history=history).answer
+        turn = question_turn(question, quotes(DOCUMENT, question, 1))
+        assert answer.token_ids == reference(stock, [*messages, {"role": "user", "content": turn}]), question
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]
+        history.append((question, answer.text))
+    assert len(history) == 3 and doc.cache.length == doc.tokens
