@@ -1,10 +1,12 @@
 # make run: set everything up on a fresh machine, then serve the app on http://127.0.0.1:7860
 # make test: set up, then run the test suite (what .ci/run runs)
+# make test-fast: set up, then the tests that load no model, browser or server (seconds)
+# make lint: set up, then run ruff's checks (pyproject.toml, [tool.ruff]; .ci/run runs it before the tests)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup run test bench clean llama-server
+.PHONY: setup run test test-fast lint bench clean llama-server
 
 setup: $(VENV)/.installed
 
@@ -26,6 +28,12 @@ run: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(PY) -m ruff check .
 
 bench: setup
 	$(PY) -m kvqa bench --plot assets/bench.png

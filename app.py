@@ -27,9 +27,10 @@ from kvqa.documents import combine, load_documents
 from kvqa.engines import Engine, make_engine
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.parts import parse_range, unit_name
+from kvqa.presets import offered
 from kvqa.session import Session, cache_origin, speedup
-from kvqa.sources import source_dict
 from kvqa.shared import SharedCaches
+from kvqa.sources import source_dict
 from kvqa.store import store_for
 from kvqa.uploads import uploaded_file
 
@@ -89,7 +90,10 @@ def sources_block(sources, lang: str = "en", unsupported=()) -> str:
 def _marked_quote(source) -> str:
     """The source's text on one line, HTML-escaped, its best-matching sentence in <mark>."""
     a, b = source.mark[0] - source.start, source.mark[1] - source.start
-    flat = lambda text: html.escape(" ".join(text.split()))
+
+    def flat(text):
+        return html.escape(" ".join(text.split()))
+
     if b <= a:
         return flat(source.text)
     return " ".join(p for p in (flat(source.text[:a]), f"<mark>{flat(source.text[a:b])}</mark>",
@@ -101,7 +105,8 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     messages = []
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
-        messages.append({"role": "assistant", "content": (turn.answer or "…") + sources_block(turn.sources, lang, turn.unsupported)
+        messages.append({"role": "assistant",
+                         "content": (turn.answer or "…") + sources_block(turn.sources, lang, turn.unsupported)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
@@ -247,7 +252,7 @@ class KvqaApp:
         limit = self.config.sessions_per_client
         with self._sessions_lock:
             mine = self._sessions.setdefault(client, weakref.WeakSet())
-            if sum(1 for s in list(mine) if s.document is not None) >= limit:
+            if sum(1 for s in list(mine) if s.document is not None and not s.closed) >= limit:
                 raise KvqaError("busy.sessions_per_client", limit=limit)
             session = Session(engine or self.engine, self.budget, client=client, shared=self.shared)
             mine.add(session)
@@ -430,7 +435,10 @@ class KvqaApp:
             return
         chat_before = chat_messages(session, lang)
         history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-        rebuilt = lambda d: gr.Info(say("toast.rebuilt", lang, origin=render(cache_origin(session), lang)))
+
+        def rebuilt(d):
+            return gr.Info(say("toast.rebuilt", lang, origin=render(cache_origin(session), lang)))
+
         try:
             with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
                              progress=lambda f: progress(f, desc=say("progress.reading_again", lang))) as pieces:
@@ -601,6 +609,7 @@ def make_app(environ=os.environ, **overrides) -> KvqaApp:
     if models and not overrides.get("model") and not environ.get("KVQA_MODEL", "").strip():
         overrides["model"] = models[0]  # the first offered model is the one loaded first
     config = config_from_env(environ, **overrides)
+    models = models or offered(config.model, environ)
     behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
     return KvqaApp(config, make_engine(config, environ, store=store_for(config)), behind_proxy=behind_proxy,
                    models=models)

@@ -141,7 +141,7 @@ class KVCache(Cache):
         for layer in self.layers:
             layer._set_length(layer.length + tokens)
 
-    def to(self, device: torch.device | str) -> "KVCache":
+    def to(self, device: torch.device | str) -> KVCache:
         """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
         for layer in self.layers:
             layer.to(torch.device(device))

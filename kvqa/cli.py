@@ -47,10 +47,10 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
-    from .messages import Message
-    from .sources import source_dict
     from .engines import make_engine
+    from .messages import Message
     from .parts import notice, parse_range, prefill_part, select
+    from .sources import source_dict
     from .store import store_for
 
     config = config_from(args)
@@ -102,7 +102,8 @@ def _ask(args: argparse.Namespace) -> int:
     elif document.page_starts:
         result.update(pages_read=[1, len(document.page_starts)], pages_total=len(document.page_starts))
     if args.no_cache:
-        run = lambda q: engine.stream_without_cache(read, q)
+        def run(q):
+            return engine.stream_without_cache(read, q)
     else:
         if doc.cache_source == "disk":
             say(f"restored {doc.tokens:,} tokens from the store in {doc.prefill_s:.2f} s, "
@@ -112,7 +113,9 @@ def _ask(args: argparse.Namespace) -> int:
                 f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
         result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes,
                       cache_source=doc.cache_source)
-        run = lambda q: engine.stream(doc, q)
+
+        def run(q):
+            return engine.stream(doc, q)
     for q in questions:
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
@@ -178,7 +181,8 @@ def _print_summary(result: dict, *, no_cache: bool) -> None:
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
+    p.add_argument("--model",
+                   help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
     p.add_argument("--compile", choices=("on", "off"), help="decode through torch.compile on a fixed-shape cache "

@@ -72,7 +72,8 @@ ENVIRONMENT = {
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "draft_tokens": "KVQA_DRAFT_TOKENS", "quote_passages": "KVQA_QUOTE_PASSAGES", "compile": "KVQA_COMPILE", "store_mb": "KVQA_STORE_MB",
+    "draft_tokens": "KVQA_DRAFT_TOKENS", "quote_passages": "KVQA_QUOTE_PASSAGES", "compile": "KVQA_COMPILE",
+    "store_mb": "KVQA_STORE_MB",
     "store_dir": "KVQA_STORE_DIR", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
     "engine_api_key": "KVQA_ENGINE_API_KEY", "engine_timeout_s": "KVQA_ENGINE_TIMEOUT",
 }

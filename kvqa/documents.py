@@ -221,7 +221,8 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
         raise
     except (MemoryError, LimitReachedError):
         raise DocumentError("pdf.bomb", name=name) from None
-    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, RecursionError) as e:
+    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError,
+            RecursionError) as e:
         raise DocumentError("pdf.damaged", name=name, error=type(e).__name__) from None
     if not any(part.strip() for part in page_texts):
         raise DocumentError("pdf.no_text", name=name)

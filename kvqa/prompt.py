@@ -71,13 +71,14 @@ class ChatPrompt:
     specials: re.Pattern  # matches the tokenizer's added (control) token strings
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, *, date_string: str | None = None) -> "ChatPrompt":
+    def for_tokenizer(cls, tokenizer, *, date_string: str | None = None) -> ChatPrompt:
         """Split the tokenizer's chat template around placeholder turns; raises ModelError if it cannot be used."""
         date_string = date_string or today()
         if not getattr(tokenizer, "chat_template", None):
             raise ModelError("template.none")
         skeleton = _render(tokenizer, _DOC, _QUESTION, date_string)
-        if skeleton.count(_DOC) != 1 or skeleton.count(_QUESTION) != 1 or skeleton.index(_DOC) > skeleton.index(_QUESTION):
+        if (skeleton.count(_DOC) != 1 or skeleton.count(_QUESTION) != 1
+                or skeleton.index(_DOC) > skeleton.index(_QUESTION)):
             raise ModelError("template.system_not_first")
         pre, rest = skeleton.split(_DOC)
         mid, post = rest.split(_QUESTION)
@@ -203,8 +204,8 @@ def _render_turns(tokenizer, system: str, turns: Sequence[str], date_string: str
     """The template over a system turn, then user and assistant turns alternately (the last one the user's)."""
     messages = [{"role": "system", "content": system}]
     messages += [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
-    return tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, date_string=date_string
+    return tokenizer.apply_chat_template(  # enable_thinking=False: Qwen3 answers at once (others ignore it)
+        messages, tokenize=False, add_generation_prompt=True, date_string=date_string, enable_thinking=False
     )
 
 

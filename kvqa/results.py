@@ -59,7 +59,7 @@ class AnswerStream:
         self._iterator.close()
         self._pieces.close()
 
-    def __enter__(self) -> "AnswerStream":
+    def __enter__(self) -> AnswerStream:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -70,6 +70,7 @@ class Session:
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self._busy = threading.Lock()  # one action at a time per session
+        self.closed = False  # close() was called: the session ended and holds no document any more
 
     @property
     def busy(self) -> bool:
@@ -147,6 +148,7 @@ class Session:
     def close(self) -> None:
         """Free the session's cache (the session ended or expired)."""
         self._stop.set()
+        self.closed = True
         if self.budget is not None:
             self.budget.release(self)
         self.prefilled = None

@@ -20,6 +20,7 @@ import bm25s
 import numpy as np
 
 PASSAGE_CHARS = 320
+CJK_WEIGHT = 1.5  # a CJK character counts 1 + 1.5 towards PASSAGE_CHARS: Chinese passages of about 130 characters
 ANSWER_WEIGHT = 0.5  # the answer's words count half as much as the question's when ranking an answer's sources
 _PAGE = re.compile(r"\[Page (\d+)\]")
 _BOUNDARY = re.compile(r"^(?:#{1,6} |=== File \d+ of \d+: |\[Page \d+\]$)", re.MULTILINE)  # headings, files, pages
@@ -71,13 +72,18 @@ def terms(text: str) -> list[str]:
 
 
 def passages(text: str) -> list[tuple[int, int]]:
-    """(start, end) offsets of runs of whole sentences of about PASSAGE_CHARS characters, covering the text; a run
-    ends before a heading, a file's header or a PDF page marker, whatever its length."""
+    """(start, end) offsets of runs of whole sentences of about PASSAGE_CHARS characters (CJK ones weighing more:
+    CJK_WEIGHT), covering the text; a run ends before a heading, a file's header or a PDF page marker, whatever its
+    length."""
     hard = {m.start() for m in _BOUNDARY.finditer(text)}
     cuts = sorted({m.end() for m in _SENTENCE_END.finditer(text)} | hard | {len(text)})
+    cjk = [0]  # cjk[i]: CJK characters before offset i
+    for c in text:
+        cjk.append(cjk[-1] + bool(_CJK.match(c)))
     spans, start = [], 0
     for cut in cuts:
-        if cut - start >= PASSAGE_CHARS or cut == len(text) or cut in hard:
+        size = cut - start + CJK_WEIGHT * (cjk[cut] - cjk[start])  # a CJK character says about as much as 2.5 others
+        if size >= PASSAGE_CHARS or cut == len(text) or cut in hard:
             if text[start:cut].strip():
                 spans.append((start, cut))
             start = cut
@@ -145,7 +151,8 @@ def find_sources(text: str, answer: str, question: str = "", *, pages: bool = Fa
             break
         start, end = _trim(text, *index.spans[i])
         found.append(Source(text=text[start:end], start=start, end=end, page=page_at(text, start) if pages else None,
-                            score=round(float(combined[i]), 3), mark=_best_sentence(text, start, end, asked_words, said_words)))
+                            score=round(float(combined[i]), 3),
+                            mark=_best_sentence(text, start, end, asked_words, said_words)))
     return found
 
 

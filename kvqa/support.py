@@ -12,7 +12,7 @@ import re
 import unicodedata
 
 _NUMBER = re.compile(r"\d+(?:[.,:]\d+)*")
-_NAME = re.compile(r"\b[A-Z][a-zA-Z'\-]+(?:\s+[A-Z][a-zA-Z'\-]+)*")
+_NAME = re.compile(r"\b[A-Z][\w'\-]*[a-zA-Z][\w'\-]*(?:\s+[A-Z][\w'\-]+)*")  # HCoV-OC43, Hester Pryce
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|[-*•]\s+|\d+\.\s+)$")
 _LIST_MARKER = re.compile(r"\d{1,2}[.)](?:\s|$)")
 _COMMON = frozenset("""I A An The This That These Those It Its In On At For From To Of And But Or Yes No Not None
@@ -48,4 +48,6 @@ def unsupported(answer: str, document: str, question: str = "") -> tuple[str, ..
                 continue
             if not re.search(rf"(?<!\w){re.escape(word.lower())}(?!\w)", lower_doc):
                 missing.append(word)
+    names = [m for m in missing if not _NUMBER.fullmatch(m)]
+    missing = [m for m in missing if m in names or not any(m in name for name in names)]  # "63" of "HCoV-NL63"
     return tuple(dict.fromkeys(missing))

@@ -34,6 +34,7 @@ class Timings:
     sources_s: float = 0.0  # finding the passages the answer relies on (after the answer, not in answer_s)
     decode_steps: int = 0  # forwards after the first token (each one token, or one token and its drafted guesses)
     drafted_tokens: int = 0  # tokens that came from drafting (guesses the model agreed with)
+    rejected_tokens: int = 0  # guesses the model did not agree with (checked, then rolled back)
     single_step_s: float = 0.0  # mean time of this answer's one-token steps (no guesses): a step without drafting
     prompt_tokens: int | None = None  # a serving engine: the whole prompt as the server counted it
     cached_tokens: int | None = None  # a serving engine: prompt tokens it took from its prefix cache; None: it did

@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import string
 import statistics
+import string
 import sys
 import unicodedata
 from collections import Counter
@@ -94,7 +94,8 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # the comma in 11,870 (not 
 
 
 def normalise(text: str) -> str:
-    """NFKC, case-folded, whitespace runs as one space, thousands commas dropped: " 11,870\\n People" -> "11870 people"."""
+    """NFKC, case-folded, whitespace runs as one space, thousands commas dropped:
+    " 11,870\\n People" -> "11870 people"."""
     text = " ".join(unicodedata.normalize("NFKC", text).casefold().split())
     return _THOUSANDS.sub("", text)
 
@@ -366,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--squad: keep questions whose gold answer has at most this many words")
     parser.add_argument("--quote-variants", default=None, metavar="N,M",
                         help="answer every question once per number of quoted passages (same prefill), e.g. 0,1")
+    parser.add_argument("--no-reminder", action="store_true",
+                        help="measure the prompt without the instructions repeated after the document")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a kvqa Config setting for this run, e.g. --set quote_passages=0 (repeatable)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -387,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_reminder:
+        kvqa.prompt.REMIND_AFTER_DOCUMENT = False
     texts: dict[str, str] = {}
     if args.squad:
         if len(args.lang) != len(args.squad):
@@ -437,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
             if plain is not None:
                 undrafted = answer_question(plain, prefilled, question.question, max_new_tokens=args.max_new_tokens)
                 row["same_as_undrafted"] = undrafted.token_ids == reply.token_ids
+                both = undrafted.decode_tokens_per_s > 0 and reply.decode_tokens_per_s > 0
                 row["draft_speedup"] = (round(reply.decode_tokens_per_s / undrafted.decode_tokens_per_s, 3)
-                                        if undrafted.decode_tokens_per_s > 0 and reply.decode_tokens_per_s > 0 else None)
+                                        if both else None)
             rows.append(row)
             if not args.json:
                 print(row_line(row), flush=True)
@@ -455,7 +461,9 @@ def main(argv: list[str] | None = None) -> int:
             "median_speedup": statistics.median(speedups) if speedups else None,
             "mean_drafted_per_step": statistics.fmean(r["drafted_per_step"] for r in rows)}
     if args.json:
-        settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model, "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens, "threads": torch.get_num_threads(),
+        settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model,
+                    "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens,
+                    "quote_passages": variants, "reminder": not args.no_reminder, "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
         print(json.dumps({"settings": settings, "documents": documents, "rows": rows, "summary": result},
                          ensure_ascii=False, indent=1))

@@ -77,7 +77,8 @@ def summary_lines(result: dict) -> list[str]:
             floor = r["decode_floor_s"]
             out.append(
                 f"  {r['context_tokens']:>6,} tokens: prefill {r['prefill_tokens_per_s']:,.0f} tok/s; TTFT "
-                f"{r['ttft_s'] * 1000:,.1f} ms (floor {r['floor_ttft_s'] * 1000:,.1f} ms, {r['ttft_over_floor']:.2f}x); "
+                f"{r['ttft_s'] * 1000:,.1f} ms (floor {r['floor_ttft_s'] * 1000:,.1f} ms, "
+                f"{r['ttft_over_floor']:.2f}x); "
                 f"decode {r['decode_tokens_per_s']:,.1f} tok/s, step {1000 / r['decode_tokens_per_s']:,.2f} ms vs "
                 f"floor {floor * 1000:,.2f} ms ({100 * floor * r['decode_tokens_per_s']:.0f}% of the bandwidth bound)")
     for r in result["exactness"]:

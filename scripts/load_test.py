@@ -15,7 +15,8 @@ started (each status update is observed as the client receives it, and Job.statu
 a busy server may send that message late), and
 first_text_s, from submit until the client receives the first piece of the streamed answer (its time to first
 token, queue wait included), and time_to_result_s, from submit to the whole answer; the server-side time to first
-token of each answer is shown in the UI's latency table, and the public API does not return it. Also: answered, failed (the server answered with an error message), lost
+token of each answer is shown in the UI's latency table, and the public API does not return it. Also: answered,
+failed (the server answered with an error message), lost
 (submitted but neither answered nor failed with an error by the end, e.g. cancelled when --timeout passed; must
 be 0), cross_talk (answers naming another session's code word, or a code answer without its own; must be 0), and
 the server process's peak resident memory (RSS, with its children), sampled with psutil every 50 ms while the run

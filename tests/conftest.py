@@ -26,6 +26,19 @@ ASSETS = Path(__file__).parent.parent / "assets"
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
 
+MODEL_FIXTURES = {"default_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `slow` every test that loads a model (through a model fixture, or marked `model` because it loads one
+    itself, e.g. through the app or a subprocess), and the browser and serving-engine tests: `make test-fast` runs the
+    rest (`-m "not slow"`), `make test` runs everything."""
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+                item.get_closest_marker(name) for name in ("model", "browser", "remote")):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def default_lm() -> kvqa.LoadedModel:
     return kvqa.load_model(kvqa.Config())

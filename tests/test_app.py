@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import as_upload
 from gradio_client import Client
 
 import app
+from conftest import as_upload
 
 DOC_A = "The secret word is pelican. The museum opens at 9 am on weekdays."
 DOC_B = "The capital of Zorbia is Quentin. Zorbia's river is called the Lune."
@@ -136,7 +136,8 @@ def test_gradio_client_sessions_each_get_their_own_document(server, tmp_path):
     assert "tokens" in a.predict(text=DOC_A, api_name="/prefill")
     assert "zorbia.txt" in b.predict(file={"path": str(path), "meta": {"_type": "gradio.FileData"}},
                                       api_name="/prefill")
-    answers_a = [a.predict(question=q, api_name="/ask") for q in ("What is the secret word?", "When does the museum open?")]
+    answers_a = [a.predict(question=q, api_name="/ask")
+                 for q in ("What is the secret word?", "When does the museum open?")]
     answer_b = b.predict(question="What is the capital of Zorbia?", api_name="/ask")
     assert all(answers_a) and "pelican" in answers_a[0].lower() and "9" in answers_a[1]
     assert "quentin" in answer_b.lower()

@@ -4,11 +4,11 @@ session's document, cache and chat as they were)."""
 from __future__ import annotations
 
 import pytest
-from test_documents import BAD, bomb_pdf, encrypted_pdf, make_pdf
 
 import app
 from conftest import as_upload
 from kvqa.cli import main
+from test_documents import BAD, bomb_pdf, encrypted_pdf, make_pdf
 
 FILES = {name: data for name, data, _ in BAD}
 FILES.update({

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 import kvqa
-from kvqa.bench import METHODS, QUESTIONS, SAMPLE_DOCUMENT, BenchError, cut_document, format_table, run_bench, write_plot
+from kvqa.bench import (
+    METHODS,
+    QUESTIONS,
+    SAMPLE_DOCUMENT,
+    BenchError,
+    cut_document,
+    format_table,
+    run_bench,
+    write_plot,
+)
 from kvqa.cache import bytes_per_token
 from kvqa.cli import main
 from kvqa.prompt import ChatPrompt
@@ -148,7 +157,8 @@ def test_shipped_llama_config_is_llama_3_2_3b():
     settings = {k: v for k, v in settings.items() if not k.startswith("_") and k != "torch_dtype"}
     c = AutoConfig.for_model(settings.pop("model_type"), **settings)
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-            c.intermediate_size, c.vocab_size, c.max_position_embeddings) == (3072, 28, 24, 8, 128, 8192, 128256, 131072)
+            c.intermediate_size, c.vocab_size, c.max_position_embeddings) == (3072, 28, 24, 8, 128, 8192, 128256,
+                                                                              131072)
     assert c.tie_word_embeddings and c.rms_norm_eps == 1e-5
     assert c.rope_parameters == {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
                                  "high_freq_factor": 4.0, "low_freq_factor": 1.0,

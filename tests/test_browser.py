@@ -74,6 +74,9 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
         assert "Sources in the document" in answer  # issue 11: where each answer came from, folded under it
     page.locator('[data-testid="bot"]').nth(1).locator("details.sources summary").click()
     assert page.locator('[data-testid="bot"]').nth(1).locator("details.sources li").count() >= 1
+    evidence = page.locator('[data-testid="bot"]').nth(1).locator("blockquote.evidence")  # shown, not folded
+    assert evidence.is_visible() and evidence.inner_text().startswith("From the document:")
+    assert evidence.locator("mark").count() == 1 and evidence.locator("mark").inner_text().strip()
     page.wait_for_function(
         "document.querySelector('#latency-table') && document.querySelector('#latency-table').innerText.includes('2')")
     assert "Median time to first token over 2" in page.locator("#latency-summary").inner_text()
@@ -136,6 +139,8 @@ def test_the_page_in_chinese(server, browser, tmp_path):
         assert page.locator('[data-testid="user"]').first.inner_text().strip() == "秘密词是什么？"
         page.locator('[data-testid="bot"]').first.locator("details.sources summary").click()
         assert DOC_ZH in page.locator('[data-testid="bot"]').first.locator("details.sources li").first.inner_text()
+        evidence = page.locator('[data-testid="bot"]').first.locator("blockquote.evidence")
+        assert evidence.is_visible() and evidence.inner_text().startswith("文档原文：")
         page.wait_for_function(
             "document.querySelector('#latency-summary').innerText.includes('首 token 时间中位数')")
 

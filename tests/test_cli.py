@@ -65,7 +65,8 @@ def test_the_store_restores_the_cache_in_the_next_run_unless_told_not_to(doc_pat
 
 
 def test_stdin_document_and_readable_output(default_lm):
-    run = kvqa("ask", "-", "-q", "文件里的秘密词是什么？", "--max-new-tokens", "12", stdin="秘密词是鹈鹕。The secret word is pelican.")
+    run = kvqa("ask", "-", "-q", "文件里的秘密词是什么？", "--max-new-tokens", "12",
+               stdin="秘密词是鹈鹕。The secret word is pelican.")
     assert run.returncode == 0, run.stderr
     assert "Q: 文件里的秘密词是什么？" in run.stdout and "A: " in run.stdout
     assert "Greedy answers from the cache are bit for bit" in run.stdout

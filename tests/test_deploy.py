@@ -38,7 +38,8 @@ def test_front_matter_is_a_valid_space_config_that_agrees_with_requirements():
 def test_requirements_install_on_a_space_as_they_are():
     text = "\n".join(line for line in (ROOT / "requirements.txt").read_text().splitlines()
                      if not line.startswith("#"))
-    assert text.strip() and "file:" not in text and "-e " not in text and "/work" not in text and "--no-deps" not in text
+    assert (text.strip() and "file:" not in text and "-e " not in text and "/work" not in text
+            and "--no-deps" not in text)
 
 
 def test_default_model_offline_and_on_a_space():

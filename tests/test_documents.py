@@ -28,7 +28,7 @@ def test_pdf_round_trips_with_visible_page_breaks(tmp_path):
 
 @pytest.mark.parametrize("name", ["notes.txt", "notes.md", "NOTES.MD"])
 def test_text_files(tmp_path, name):
-    assert kvqa.load_document(write(tmp_path, name, "# Title\n\nSome text.\n".encode())).text == "# Title\n\nSome text.\n"
+    assert kvqa.load_document(write(tmp_path, name, b"# Title\n\nSome text.\n")).text == "# Title\n\nSome text.\n"
 
 
 @pytest.mark.parametrize("encoding,bom", [("utf-8", b""), ("utf-8", b"\xef\xbb\xbf"), ("utf-16-le", b"\xff\xfe"),

@@ -5,6 +5,7 @@ one step."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import kvqa
 from kvqa.engines.local import Drafter
@@ -69,3 +70,33 @@ def test_stop_ends_a_drafted_answer_within_a_step(default_lm):
     answer = pieces.answer
     assert answer.stop_reason == "stopped" and len(answer.token_ids) <= taken + 7
     assert doc.cache.length == doc.tokens and not doc.lock.locked()
+
+
+def test_a_guess_the_model_rejects_is_counted_and_leaves_no_trace(lm, monkeypatch):
+    """A drafter that proposes the model's own next tokens and then a wrong one: the wrong guess is rejected (and
+    counted), the answer is plain decoding's, and the cache is bit for bit what it was."""
+    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
+    before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
+    question = "Who founded Pellacott Instruments?"
+    plain = kvqa.answer(lm, doc, question).token_ids
+    assert len(plain) >= 8
+    wrong = next(t for t in range(100, 200) if t not in plain)
+
+    def propose(self, k):  # the next two tokens plain decoding chose, then a token it never chose
+        done = len(self.seq) - self.context_length
+        return (list(plain[done: done + 2]) + [wrong])[:k]
+
+    monkeypatch.setattr(Drafter, "propose", propose)
+    original = Drafter.__init__
+
+    def init(self, context, **kwargs):
+        original(self, context, **kwargs)
+        self.context_length = len(context)
+
+    monkeypatch.setattr(Drafter, "__init__", init)
+    fast = kvqa.answer(lm, doc, question, draft=6)
+    assert fast.token_ids == plain
+    assert fast.timings.rejected_tokens >= 1 and fast.timings.drafted_tokens >= 2
+    for (k, v), (k0, v0) in zip(doc.cache.tensors(), before):
+        assert torch.equal(k, k0) and torch.equal(v, v0)
+    assert doc.cache.length == doc.tokens

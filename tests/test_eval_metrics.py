@@ -102,12 +102,12 @@ def test_language():
 
 
 def test_summary_shares_and_times():
-    rows = [{"doc": "a", "lang": "en", "correct": True, "looping": False, "looped_to_limit": False, "seconds": 1.0, "new_tokens": 10,
-             "stop_reason": "eos", "source_correct": None},
-            {"doc": "a", "lang": "en", "correct": False, "looping": True, "looped_to_limit": True, "seconds": 3.0, "new_tokens": 30,
-             "stop_reason": "length", "source_correct": None},
-            {"doc": "b", "lang": "zh", "correct": True, "looping": False, "looped_to_limit": False, "seconds": 8.0, "new_tokens": 20,
-             "stop_reason": "eos", "source_correct": None}]
+    rows = [{"doc": "a", "lang": "en", "correct": True, "looping": False, "looped_to_limit": False, "seconds": 1.0,
+             "new_tokens": 10, "stop_reason": "eos", "source_correct": None},
+            {"doc": "a", "lang": "en", "correct": False, "looping": True, "looped_to_limit": True, "seconds": 3.0,
+             "new_tokens": 30, "stop_reason": "length", "source_correct": None},
+            {"doc": "b", "lang": "zh", "correct": True, "looping": False, "looped_to_limit": False, "seconds": 8.0,
+             "new_tokens": 20, "stop_reason": "eos", "source_correct": None}]
     public = [dict(gold_in_answer=True, f1=1.0, gold_in_source=True, answer_lang="en", ttft_s=0.2, unsupported=[]),
               dict(gold_in_answer=False, f1=0.0, gold_in_source=True, answer_lang="zh", ttft_s=0.4,
                    unsupported=["1802"]),
@@ -140,7 +140,8 @@ def fake_answer(sources):
     (None, None),  # no `sources` attribute: reported as n/a
     ([], False),
     ([{"text": "founded in 1994 by", "page": 2}, {"text": "other", "page": 3}], True),  # dicts
-    ([SimpleNamespace(text="in 1995", page=1), SimpleNamespace(text="in 1994", page=2)], False),  # only the first counts
+    # only the first counts
+    ([SimpleNamespace(text="in 1995", page=1), SimpleNamespace(text="in 1994", page=2)], False),
 ])
 def test_answer_question_and_sources(monkeypatch, sources, expected):
     engine = SimpleNamespace(stream=lambda doc, question, **options: SimpleNamespace(answer=fake_answer(sources)))

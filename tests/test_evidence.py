@@ -55,7 +55,8 @@ def test_evidence_and_quotes_follow_the_question():
 
 
 def test_chinese_questions_find_chinese_passages():
-    text = ("青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。\n\n## 产品\n\n合作社主要生产绿茶和红茶，每年四月举办开茶节。"
+    text = ("青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。\n\n## 产品\n\n"
+            "合作社主要生产绿茶和红茶，每年四月举办开茶节。"
             "\n\n## 成员\n\n合作社现有社员三百一十二户。")
     found = find_sources(text, "", "合作社每年几月举办开茶节？")
     assert found and "开茶节" in found[0].marked
@@ -112,7 +113,8 @@ def test_a_list_that_counts_up_is_a_loop(default_lm):
 def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
     tok = tiny_lm.tokenizer
     ids = tok("答案是茶", add_special_tokens=False)["input_ids"]
-    cut = next(n for n in range(1, len(ids)) if tok.decode(ids[:n]).endswith("\ufffd"))  # mid-character
+    cut = next(n for n in range(1, len(ids))  # mid-character, after at least one whole one
+               if tok.decode(ids[:n]).endswith("\ufffd") and tok.decode(ids[:n]).rstrip("\ufffd"))
     script = iter(ids)
     monkeypatch.setattr(local, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))

@@ -218,3 +218,7 @@ def test_sampling_with_a_seed_is_repeatable(tiny_lm):
     a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
     b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
     assert a.token_ids == b.token_ids
+    greedy = kvqa.answer(tiny_lm, doc, "Anything?").token_ids
+    others = {kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=s).token_ids for s in range(4)}
+    assert any(o != greedy for o in others)  # the temperature is used: sampling is not greedy decoding
+    assert len(others) > 1  # and the seed is used: other seeds, other answers

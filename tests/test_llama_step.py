@@ -38,8 +38,8 @@ def steps_both_ways(lm, *, prompt_tokens: int, steps: int):
 @pytest.mark.parametrize("prompt_tokens", [1, 37, 300])
 def test_the_default_model_steps_as_its_forward_does_bit_for_bit(default_lm, prompt_tokens):
     assert default_lm.step is not None  # the default model on the CPU decodes through it
-    (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(default_lm, prompt_tokens=prompt_tokens,
-                                                                                  steps=6)
+    (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(
+        default_lm, prompt_tokens=prompt_tokens, steps=6)
     for fast, forward in zip(fast_logits, forward_logits):
         assert fast.shape == forward.shape == (1, default_lm.config.vocab_size)
         assert torch.equal(fast, forward)
@@ -69,7 +69,8 @@ def test_fused_projections_are_the_modules_own_weights(default_lm):
     assert fused.shape[0] == attn.q_proj.weight.shape[0] + attn.k_proj.weight.shape[0] + attn.v_proj.weight.shape[0]
     for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
         assert proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
-    assert layer.mlp.up_proj.weight.untyped_storage().data_ptr() == default_lm.step.gate_up[3].untyped_storage().data_ptr()
+    assert (layer.mlp.up_proj.weight.untyped_storage().data_ptr()
+            == default_lm.step.gate_up[3].untyped_storage().data_ptr())
     held = {p.untyped_storage().data_ptr() for p in default_lm.model.parameters()}
     assert len(held) < len(list(default_lm.model.parameters()))  # shared storages, counted once by weight_bytes
     assert weight_bytes(default_lm.model) == sum(p.nbytes for p in default_lm.model.parameters())

@@ -107,7 +107,8 @@ def test_errors_keep_their_english_text_and_say_it_in_chinese(tmp_path):
     with pytest.raises(DocumentError) as outside:
         parse_range("5-9", pdf)
     assert "manual.pdf has 2 pages: choose pages between 1 and 2" in str(outside.value)
-    assert render(outside.value.message, "zh") == "manual.pdf 共 2 页：请在 1 到 2 之间选择，起点不晚于终点（收到的是“5-9”）。"
+    assert render(outside.value.message, "zh") == ("manual.pdf 共 2 页：请在 1 到 2 之间选择，"
+                                                   "起点不晚于终点（收到的是“5-9”）。")
 
 
 def test_messages_inside_messages_are_said_in_the_same_language():
@@ -117,7 +118,8 @@ def test_messages_inside_messages_are_said_in_the_same_language():
     with pytest.raises(DocumentError) as none:
         combine([], problems=problems)
     assert str(none.value).startswith("No file could be read. a.docx: files without an extension b.pdf is")
-    assert render(none.value.message, "zh") == ("没有一个文件能读取。a.docx：没有扩展名的文件 b.pdf 设有密码：请打开它，"
+    assert render(none.value.message, "zh") == ("没有一个文件能读取。a.docx：没有扩展名的文件 "
+                                                 "b.pdf 设有密码：请打开它，"
                                                  "另存一份不带密码的副本，再上传。")
     assert render("text from a server", "zh") == "text from a server"  # not kvqa's: shown as it is
 

@@ -47,6 +47,8 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
     assert f"code word for page {part.last} is" in session.document.text
     assert f"code word for page {part.last + 1} is" not in session.document.text
     assert session.notice.startswith(f"Read pages 1-{part.last} of 10 of long.pdf") and "another part" in session.notice
+    with pytest.raises(kvqa.DocumentTooLong):  # the longest run that fits: one more page would not
+        small.prefill(select(long_pdf, 1, part.last + 1))
     first_part = part
 
     session.load(long_pdf, part=(first_part.last + 1, 10))  # the next part, as the user chooses it

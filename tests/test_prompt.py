@@ -53,7 +53,8 @@ def test_control_token_strings_stay_plain_text(tokenizer, where):
     document, question = ("Doc " + CONTROL, "What?") if where == "document" else ("Doc.", "Q " + CONTROL)
     ids = prompt.prefix_ids(document) + prompt.suffix_ids(question)
     benign = prompt.prefix_ids("Doc.") + prompt.suffix_ids("What?")
-    specials = set(tokenizer.all_special_ids) | {tokenizer.convert_tokens_to_ids(t) for t in tokenizer.added_tokens_encoder}
+    specials = set(tokenizer.all_special_ids) | {tokenizer.convert_tokens_to_ids(t)
+                                                 for t in tokenizer.added_tokens_encoder}
     # exactly the template's own control tokens, in the same order: none came from the text
     assert [i for i in ids if i in specials] == [i for i in benign if i in specials]
     assert tokenizer.decode(ids) == prompt.rendered(document, question)  # and the text survived as text

@@ -28,8 +28,15 @@ from kvqa import document_from_text
 from kvqa.config import Config, config_from_env
 from kvqa.engines import make_engine, remote_status
 from kvqa.engines.remote import RemoteEngine
-from kvqa.errors import (DocumentTooLong, EngineBusy, EngineDisconnected, EngineRefused, EngineTimeout,
-                         EngineUnreachable, KvqaError)
+from kvqa.errors import (
+    DocumentTooLong,
+    EngineBusy,
+    EngineDisconnected,
+    EngineRefused,
+    EngineTimeout,
+    EngineUnreachable,
+    KvqaError,
+)
 from kvqa.session import Session
 
 ROOT = Path(__file__).parent.parent
@@ -71,7 +78,7 @@ class LlamaServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "LlamaServer":
+    def start(self) -> LlamaServer:
         binary = llama_server_binary()
         reason = "llama-server is not built: `make llama-server` to run the serving-engine tests (.ci/run does this)"
         if binary is None:

@@ -99,6 +99,32 @@ def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):
     assert reads == []  # nothing was read
 
 
+def test_every_handler_that_takes_a_file_refuses_server_paths(secret, tmp_path, reads):
+    """Walk the Blocks' events: every handler with a file input is called with each server path in that input (the
+    rest as a browser would send them); each refuses it, names no path, and reads nothing. A new file input makes
+    this test call its handler too, or fail until it knows how."""
+    calls = {
+        "on_upload": lambda path: app.kvqa_app.on_upload(path, None),
+        "on_paste": lambda path: app.kvqa_app.on_paste("", None, [path]),
+        "api_prefill": lambda path: app.kvqa_app.api_prefill(file=path, session=None),
+    }
+    with_files = {getattr(f.fn, "__name__", str(f.fn)) for f in app.demo.fns.values()
+                  if any(isinstance(c, (gr.File, gr.UploadButton)) for c in f.inputs)}
+    assert with_files == set(calls), f"handlers taking files: {with_files}; teach this test the new ones"
+    for name, call in calls.items():
+        for kind, path in outside_paths(secret, tmp_path).items():
+            if name.startswith("api_"):  # the API refuses with an error the client sees
+                with pytest.raises(gr.Error, match="was not uploaded to this app") as refused:
+                    call(path)
+                assert str(secret) not in str(refused.value), (name, kind)
+                continue
+            with pytest.warns(UserWarning, match="was not uploaded to this app") as warned:  # the page: a toast
+                outputs = call(path)
+            assert outputs == {}, (name, kind)  # no session made, nothing on screen changes
+            assert all(str(secret) not in str(w.message) for w in warned), (name, kind)
+    assert reads == []  # nothing was read
+
+
 def sse_text(http: httpx.Client, url: str, **params) -> str:
     with http.stream("GET", url, params=params) as response:
         lines = []

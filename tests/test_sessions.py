@@ -150,7 +150,10 @@ def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):
         reference = new_session(tiny_lm)
         reference.load(doc)
         expected.append(answer(tiny_lm, reference, "What is the code word?").token_ids)
-    live = lambda: sum(s.prefilled.cache_bytes for s in sessions if s.prefilled is not None)
+
+    def live():
+        return sum(s.prefilled.cache_bytes for s in sessions if s.prefilled is not None)
+
     peaks, failures, done = [], [], threading.Event()
 
     def watch():

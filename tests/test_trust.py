@@ -6,11 +6,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from test_documents import make_pdf
 
 import kvqa
 import kvqa.engines.local as local
 from kvqa.sources import find_sources, passages, terms
+from test_documents import make_pdf
 
 
 def test_repeated_tail_finds_the_period_and_the_run():
@@ -70,7 +70,8 @@ def test_sources_carry_the_pdf_page(tmp_path, default_lm):
 
 
 def test_cjk_sources():
-    text = "青石镇茶叶合作社成立于二〇〇八年。\n合作社的茶园面积为三百二十亩，主要种植白茶。\n游客中心每天上午八点开门。"
+    text = ("青石镇茶叶合作社成立于二〇〇八年。\n合作社的茶园面积为三百二十亩，主要种植白茶。\n"
+            "游客中心每天上午八点开门。")
     assert "茶园" in terms("茶园面积")
     found = find_sources(text, "茶园面积为三百二十亩。", "茶园有多大？")
     assert found and "三百二十亩" in found[0].text

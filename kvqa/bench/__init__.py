@@ -25,8 +25,19 @@ from .memory import Bandwidth, PeakMemory, read_bandwidth, weight_bytes
 from .methods import METHODS, PREFILL_REPEATS, RUNNERS, decode_floor, run_kvqa, run_recompute, run_seed
 from .models import CONFIGS, FoldedTokenizer, config_path, random_init_model
 from .report import format_table, target_checks, write_plot
-from .run import (DEFAULT_CONTEXTS, DEFAULT_MAX_NEW_TOKENS, DEFAULT_QUESTIONS, QUESTIONS, SAMPLE_DOCUMENT,
-                  cut_document, long_text, machine_info, parse_contexts, run_bench, run_from_args)
+from .run import (
+    DEFAULT_CONTEXTS,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_QUESTIONS,
+    QUESTIONS,
+    SAMPLE_DOCUMENT,
+    cut_document,
+    long_text,
+    machine_info,
+    parse_contexts,
+    run_bench,
+    run_from_args,
+)
 
 __all__ = [
     "Bandwidth", "BenchError", "CONFIGS", "DEFAULT_CONTEXTS", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_QUESTIONS",

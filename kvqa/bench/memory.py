@@ -44,7 +44,7 @@ class PeakMemory:
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

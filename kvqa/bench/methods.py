@@ -16,6 +16,7 @@ from ..documents import Document
 from ..engines.local import LocalEngine, decode_one_token, run_chunks
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
+from ..sources import quotes
 from ..timing import now
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory, weight_bytes
@@ -104,7 +105,8 @@ def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     eos = sorted(lm.eos_ids)
     generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
                                   pad_token_id=eos[0] if eos else None)
-    suffixes = [prompt.question_ids(q, limit=config.max_question_tokens) for q in questions]
+    suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
+                                    quotes=quotes(document.text, q, config.quote_passages)) for q in questions]
     runs, forks, ids_all = [], [], []
     with PeakMemory(device) as memory:
         started = now(device)
@@ -158,7 +160,8 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     with PeakMemory(device) as memory:
         doc = engine.prefill(document)
         for question in questions:
-            ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens)
+            ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens,
+                                          quotes=quotes(document.text, question, engine.config.quote_passages))
             with torch.no_grad():
                 started = now(device)
                 run_chunks(lm, ids, doc.cache, chunk_size=len(ids))

@@ -39,7 +39,10 @@ def format_table(result: dict) -> str:
                      _mib(r["peak_memory_bytes"]), _mib(r["cache_bytes"]), _mib(r["theoretical_cache_bytes"]),
                      "yes" if r["same_answers"] else "NO"))
     widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i < 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     out = [head]
     if m.get("bandwidth_gb_s"):
         out.append(f"memory read bandwidth {m['bandwidth_gb_s']:,.1f} GB/s (fastest of {m['bandwidth_runs']} sums and "
@@ -60,7 +63,8 @@ def format_table(result: dict) -> str:
     if prefills:
         out += ["", "prefill, chunked (as kvqa does) vs one forward:"]
         for r in prefills:
-            out.append(f"  {r['context_tokens']:>6,} tokens: {r['chunked_prefill_tokens_per_s']:,.0f} tok/s in chunks of "
+            out.append(f"  {r['context_tokens']:>6,} tokens: "
+                       f"{r['chunked_prefill_tokens_per_s']:,.0f} tok/s in chunks of "
                        f"{r['chunk_size']} vs {r['unchunked_prefill_tokens_per_s']:,.0f} tok/s unchunked "
                        f"({r['chunked_prefill_tokens_per_s'] / max(r['unchunked_prefill_tokens_per_s'], 1e-9):.2f}x, "
                        f"best of {PREFILL_REPEATS} each)")
@@ -98,10 +102,14 @@ def target_checks(result: dict) -> list[tuple[bool, str]]:
         return []
     rows = by[max(full)]
     k, rc, sd = rows["kvqa"], rows["recompute"], rows["seed"]
-    ratio = lambda a, b: a / b if b > 0 else float("inf")
+
+    def ratio(a, b):
+        return a / b if b > 0 else float("inf")
+
     return [
         (k["ttft_s"] <= 1.15 * k["floor_ttft_s"],
-         f"kvqa TTFT {_s(k['ttft_s'])} <= 1.15 x floor {_s(k['floor_ttft_s'])} ({ratio(k['ttft_s'], k['floor_ttft_s']):.2f}x)"),
+         f"kvqa TTFT {_s(k['ttft_s'])} <= 1.15 x floor {_s(k['floor_ttft_s'])} "
+         f"({ratio(k['ttft_s'], k['floor_ttft_s']):.2f}x)"),
         (rc["ttft_s"] >= 30 * k["ttft_s"],
          f"kvqa TTFT >= 30x lower than recompute ({ratio(rc['ttft_s'], k['ttft_s']):.1f}x)"),
         (k["ttft_s"] <= sd["ttft_s"], f"kvqa TTFT {_s(k['ttft_s'])} <= seed {_s(sd['ttft_s'])}"),

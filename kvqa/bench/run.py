@@ -212,7 +212,8 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     if getattr(args, "store", False):
 
         prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
-        text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64), add_special_tokens=False)["input_ids"]
+        text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64),
+                                add_special_tokens=False)["input_ids"]
         documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]
         rows = run_store_bench(lm, documents, questions=QUESTIONS[: args.questions], config=config, say=say)
         bandwidth = Bandwidth(bytes_per_s=0.0, tensor_bytes=0, runs=0)  # not measured for this job

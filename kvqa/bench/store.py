@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..config import Config
-from ..model import LoadedModel
 from ..documents import Document
+from ..model import LoadedModel
 from ..store import KVStore
 from .report import _mib, _s
 
@@ -82,5 +82,8 @@ def format_store_table(rows: list[dict]) -> str:
               _mib(r["file_bytes"]), _s(r["background_write_left_s"]),
               "yes" if r["same_answers"] else "NO", "yes" if r["same_cache"] else "NO") for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    line = lambda row: "  ".join(c.rjust(w) for c, w in zip(row, widths))
+
+    def line(row):
+        return "  ".join(c.rjust(w) for c, w in zip(row, widths))
+
     return "\n".join([line(columns), line(["-" * w for w in widths]), *map(line, cells)])

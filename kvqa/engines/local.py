@@ -340,7 +340,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating")."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
     tokens: list[int] = []
-    text, stop_reason, steps, drafted = "", "length", 0, 0
+    text, stop_reason, steps, drafted, rejected = "", "length", 0, 0, 0
     single_s, singles = 0.0, 0  # the one-token steps' time: what a step costs without drafting
     pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken
     ttft = now(lm.device) - started
@@ -378,6 +378,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
                 agreed += 1
             cache.rollback(cache.length - (len(guesses) - agreed))  # forget the guesses the model did not make
             pending, drafted = guesses[:agreed] + [choices[agreed]], drafted + agreed
+            rejected += len(guesses) - agreed
         else:
             step_started = time.perf_counter()
             pending = [choose(decode_one_token(lm, tokens[-1], cache), temperature, generator)]
@@ -389,7 +390,8 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     if final != text and final.startswith(text):
         yield final[len(text):]
     timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total,
-                      decode_steps=steps, drafted_tokens=drafted, single_step_s=single_s / singles if singles else 0.0)
+                      decode_steps=steps, drafted_tokens=drafted, rejected_tokens=rejected,
+                      single_step_s=single_s / singles if singles else 0.0)
     return Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
                   stop_reason=stop_reason, used_cache=used_cache)
 

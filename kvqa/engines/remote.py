@@ -31,12 +31,20 @@ import httpx
 
 from ..config import Config
 from ..documents import Document
-from ..errors import (DocumentTooLong, EngineBusy, EngineDisconnected, EngineError, EngineRefused, EngineTimeout,
-                      EngineUnreachable, QuestionError)
+from ..errors import (
+    DocumentTooLong,
+    EngineBusy,
+    EngineDisconnected,
+    EngineError,
+    EngineRefused,
+    EngineTimeout,
+    EngineUnreachable,
+    QuestionError,
+)
 from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
-from ..sources import quotes
 from ..results import Answer, AnswerStream, PrefilledDocument
+from ..sources import quotes
 from ..timing import Timings
 from .base import EngineInfo
 from .local import with_sources

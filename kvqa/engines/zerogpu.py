@@ -5,10 +5,10 @@ So the prefill and each answer run inside such functions, with a duration derive
 prefilled cache comes back to the CPU and stays in the session's state between calls. With a store (kvqa.store), this
 side writes the cache to its file after the prefill, and each answer is handed the file's key instead of the cache
 (StoredDocument): the GPU function reads and checks the file itself, which is several times faster than pickling the
-cache across (README, "ZeroGPU: pickling vs a file"). Without a store, or when the file is not written yet, gone or
-damaged, the answer gets a pickled copy of the session's cache. Either way the GPU function moves the cache to the
-GPU, and nothing that crosses the boundary is a CUDA tensor. Progress and answers cross as they are produced: the GPU
-functions are generators whose last item is the result.
+cache across (docs/deploy.md, "ZeroGPU: pickling vs a file"). Without a store, or when the file is not written yet,
+gone or damaged, the answer gets a pickled copy of the session's cache. Either way the GPU function moves the cache to
+the GPU, and nothing that crosses the boundary is a CUDA tensor. Progress and answers cross as they are produced: the
+GPU functions are generators whose last item is the result.
 """
 
 from __future__ import annotations
@@ -32,8 +32,15 @@ from ..results import Answer, AnswerStream, PrefilledDocument
 from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
-from .local import (LocalEngine, guarantee, out_of_memory_as_error, prefill_steps, prefix_of, stream,
-                    stream_without_cache)
+from .local import (
+    LocalEngine,
+    guarantee,
+    out_of_memory_as_error,
+    prefill_steps,
+    prefix_of,
+    stream,
+    stream_without_cache,
+)
 from .stored import cache_key, restore
 
 log = logging.getLogger(__name__)
@@ -60,7 +67,7 @@ class StoredDocument:
         return replace(self.doc, cache=cache)
 
     @classmethod
-    def of(cls, doc: PrefilledDocument, store: KVStore, key: CacheKey) -> "StoredDocument":
+    def of(cls, doc: PrefilledDocument, store: KVStore, key: CacheKey) -> StoredDocument:
         return cls(without_tokenizer(doc, cache=None), str(store.folder), key, doc.cache.capacity)
 
 

@@ -1,0 +1,92 @@
+"""Models kvqa has tested, one click away: their architectures (kvqa/configs) run through the engine, their chat
+templates split, cached answers equal to transformers' own generate (tests/test_presets.py).
+
+What a preset costs is computed from its architecture: weights (parameters x bytes per parameter) plus the KV cache of
+a full context. The app offers the presets that fit the machine's memory (on a Space, or with KVQA_PRESETS=1: they
+come from the Hugging Face hub); KVQA_MODELS / --models still name the list instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model kvqa has tested: its hub id, the architecture file in kvqa/configs, and what it is good for."""
+
+    model: str  # Hugging Face hub id
+    config: str  # kvqa/configs/<config>.json
+    note: str
+
+    def settings(self) -> dict:
+        """The architecture's config.json values."""
+        return json.loads((CONFIGS / f"{self.config}.json").read_text())
+
+    @property
+    def parameters(self) -> int:
+        """Parameters, counted from the architecture (embeddings once when tied)."""
+        c = self.settings()
+        hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+        head_dim = c.get("head_dim") or hidden // c["num_attention_heads"]
+        q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
+        attention = hidden * (q + 2 * kv) + q * hidden
+        if c["model_type"] == "qwen2":
+            attention += q + 2 * kv  # q, k and v projection biases
+        if c["model_type"] == "qwen3":
+            attention += 2 * head_dim  # q and k norms
+        mlp = 3 * hidden * c["intermediate_size"]
+        embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+        return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        c = self.settings()
+        head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
+
+    def memory_bytes(self, dtype_bytes: int, *, context: int = 8192) -> int:
+        """Weights plus the KV cache of one `context`-token document."""
+        return self.parameters * dtype_bytes + self.kv_bytes_per_token(dtype_bytes) * context
+
+
+PRESETS = (
+    Preset("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m", "the offline default: fast, weak, English only"),
+    Preset("HuggingFaceTB/SmolLM2-360M-Instruct", "smollm2-360m", "English; about 3x the default's work per token"),
+    Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context"),
+    Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)"),
+    Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)"),
+    Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context"),
+    Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", "English; 8k context"),
+    Preset("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b", "what kvqa is built for, on a GPU; gated (HF_TOKEN)"),
+)
+
+
+def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:
+    """The presets whose weights and one 8k-token cache take at most `share` of `memory_bytes`, smallest first."""
+    return [p for p in PRESETS if p.memory_bytes(dtype_bytes) <= share * memory_bytes]
+
+
+def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: bool | None = None) -> list[str]:
+    """The models the app's dropdown offers when KVQA_MODELS names none: on a Space, or with KVQA_PRESETS=1 (they
+    download from the hub), `default` and the presets that fit this machine (GPU memory in bfloat16, else RAM in
+    float32); elsewhere only `default`. memory_bytes, cuda: the machine, for tests."""
+    if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
+        return [default]
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if memory_bytes is None:
+        if cuda:
+            import torch
+
+            memory_bytes = torch.cuda.get_device_properties(0).total_memory
+        else:
+            import psutil
+
+            memory_bytes = psutil.virtual_memory().total
+    return list(dict.fromkeys([default, *(p.model for p in fitting(memory_bytes, 2 if cuda else 4))]))

@@ -1,0 +1,67 @@
+"""A fake engine at the seam (kvqa.engines.base.Engine), for tests of the app, sessions and limits that do not test
+the model: it "reads" a document by counting its words and answers by echoing the question's first words."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+
+from kvqa.documents import Document
+from kvqa.engines.base import EngineInfo
+from kvqa.messages import Message
+from kvqa.results import Answer, AnswerStream, PrefilledDocument
+from kvqa.timing import Timings
+
+BYTES_PER_TOKEN = 1024
+
+
+class FakeEngine:
+    kind = "fake"
+
+    def __init__(self):
+        self.prefills = 0
+
+    def load(self) -> EngineInfo:
+        return self.info
+
+    @property
+    def info(self) -> EngineInfo:
+        return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32", attention="none",
+                          context_tokens=8192, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
+                          guarantee=Message("promise.float32"))
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
+                admit: Callable[[int], None] | None = None) -> PrefilledDocument:
+        tokens = self.count_tokens(document.text)
+        if admit is not None:
+            admit(BYTES_PER_TOKEN * tokens)
+        self.prefills += 1
+        if progress is not None:
+            progress(1.0)
+        return PrefilledDocument(document=document, prompt=None, ids=(), cache=object(),
+                                 cache_bytes=BYTES_PER_TOKEN * tokens, prefill_s=0.01, model_name="fake",
+                                 max_question_tokens=512, max_new_tokens=64, token_count=tokens)
+
+    def _answer(self, question: str, used_cache: bool) -> Generator[str, None, Answer]:
+        words = question.split()[:3]
+        for word in words:
+            yield word + " "
+        timings = Timings(question_tokens=len(question.split()), new_tokens=len(words), ttft_s=0.001,
+                          answer_s=0.002)
+        return Answer(question=question, text=" ".join(words) + " ", token_ids=tuple(range(len(words))),
+                      timings=timings, stop_reason="eos", used_cache=used_cache)
+
+    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
+               should_stop: Callable[[], bool] | None = None,
+               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        return AnswerStream(self._answer(question, True))
+
+    def stream_without_cache(self, document: Document, question: str, *, prompt=None,
+                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
+                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+        return AnswerStream(self._answer(question, False))
+
+    def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
+        return len(history)
