@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import gradio as gr
 import pytest
-from fakes import FakeEngine
 from starlette.requests import Request
 
 import app as app_module
+from fakes import FakeEngine
 from kvqa import KvqaError, document_from_text
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
