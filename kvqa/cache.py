@@ -110,7 +110,7 @@ class KVCache(Cache):
         return [(layer.keys, layer.values) for layer in self.layers]
 
     def static_view(self) -> Cache:
-        """The same buffers as a fixed-shape cache for a compiled decode step (kvqa.engines.local.decode_one_token):
+        """The same buffers as a fixed-shape cache for a compiled decode step (kvqa.generate.decode_one_token):
         every forward sees the whole capacity, later positions hidden by the causal mask, and the write position is
         a tensor, so the shapes and addresses a compiled graph (or a CUDA graph) captures never change from token
         to token or question to question. Built once per cache; call advance(n) after each step."""

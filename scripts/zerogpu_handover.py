@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvqa.bench.run import SAMPLE_DOCUMENT, cut_document, long_text, parse_contexts  # noqa: E402
 from kvqa.bench.store import drop_from_page_cache  # noqa: E402
 from kvqa.config import config_from_env  # noqa: E402
-from kvqa.engines.local import prefill  # noqa: E402
-from kvqa.engines.stored import cache_key  # noqa: E402
 from kvqa.engines.zerogpu import StoredDocument, without_tokenizer  # noqa: E402
+from kvqa.generate import prefill  # noqa: E402
 from kvqa.model import load_model  # noqa: E402
 from kvqa.prompt import ChatPrompt  # noqa: E402
+from kvqa.restore import cache_key  # noqa: E402
 from kvqa.store import KVStore, weights_fingerprint  # noqa: E402
 
 QUESTION = "What do the signers pledge to each other?"

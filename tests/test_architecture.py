@@ -85,3 +85,36 @@ def test_only_the_engines_know_about_zerogpu():
     mention = re.compile(r"\bimport spaces\b|\bspaces\.GPU\b|SPACES_ZERO_GPU")
     outside = [p for p in [*PACKAGE.rglob("*.py"), ROOT / "app.py"] if "engines" not in p.parts]
     assert [str(p.relative_to(ROOT)) for p in outside if mention.search(p.read_text())] == []
+
+
+# Engine modules that may import another engine module besides the package and base.py, and why. Everything else an
+# engine shares with another lives outside kvqa/engines/ (kvqa.generate: prefill, decode, drafting).
+ENGINE_PAIRS = {
+    ("kvqa.engines.stored", "kvqa.engines.local"): "StoredLocalEngine subclasses LocalEngine",
+    ("kvqa.engines.zerogpu", "kvqa.engines.local"): "ZeroGPUEngine keeps a LocalEngine as its CPU copy (tokenizer)",
+}
+
+
+def test_engines_take_no_helpers_from_each_other():
+    """An engine module imports the package (make_engine picks among the engines) and base.py (the seam), and of the
+    others only what ENGINE_PAIRS names; from local.py only the LocalEngine class, never a helper."""
+    edges, paths = graph(), {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    engines = sorted(name for name in edges if name.startswith("kvqa.engines."))
+    assert {"kvqa.engines.base", "kvqa.engines.local", "kvqa.engines.zerogpu", "kvqa.engines.remote"} <= set(engines)
+    for name in engines:
+        others = {d for d in edges[name] if d.startswith("kvqa.engines.") and d != "kvqa.engines.base"}
+        assert {(name, d) for d in others} <= set(ENGINE_PAIRS), name
+        if "kvqa.engines.local" in others:
+            local = "kvqa.engines.local."
+            assert {m.removeprefix(local) for m in imports(paths[name]) if m.startswith(local)} == {"LocalEngine"}, name
+
+
+def test_generation_imports_no_engine():
+    """kvqa.generate is what the engines call: neither it nor anything it imports, at any depth, imports an engine."""
+    edges = graph()
+    seen, todo = set(), ["kvqa.generate"]
+    while todo:
+        for nxt in edges[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    assert "kvqa.model" in seen and not {m for m in seen if m == "kvqa.engines" or m.startswith("kvqa.engines.")}

@@ -11,7 +11,7 @@ import torch
 import kvqa
 from kvqa.cache import new_cache
 from kvqa.config import config_from_env
-from kvqa.engines.local import decode_one_token, run_chunks
+from kvqa.generate import decode_one_token, run_chunks
 from kvqa.model import compiled_decode_step
 
 TEXT = "The secret word is pelican. " + " ".join(f"Item {i} costs {i * 7} euros and weighs {i} kg." for i in range(40))

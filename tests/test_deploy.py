@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
@@ -65,6 +66,7 @@ def test_doctor_on_this_cpu_machine(default_lm):
     assert "no problems found" in run.stdout
 
 
+@pytest.mark.model  # loads the model itself (a subprocess or the app)
 def test_doctor_reports_the_cache_store(tmp_path):
     """Issue 14: the store's folder, entries and size; a folder kvqa cannot write to is a problem with its fix."""
     off = doctor({})  # the tests' default: KVQA_STORE_MB=0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.engines.local import Drafter
+from kvqa.generate import Drafter
 
 DOC = ("Pellacott Instruments was founded in 1994 by Ruth Calloway and Tomas Brandt in the town of Wrenford. "
        "Full-time employees receive twenty-seven days of annual leave. The IT helpdesk is on extension 4417. "

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 import kvqa
-import kvqa.engines.local as local
+import kvqa.generate as generate
 from kvqa.documents import combine, document_from_text
 from kvqa.prompt import question_turn
 from kvqa.sources import evidence, find_sources, passages, quotes
@@ -100,14 +100,14 @@ def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm)
 
 def test_a_list_that_counts_up_is_a_loop(default_lm):
     tok = default_lm.tokenizer
-    digits = local.number_tokens(tok)
+    digits = generate.number_tokens(tok)
     ids = tok("".join(f"{n}. It takes a structure that is defined by the structure name.\n" for n in range(2, 8)),
               add_special_tokens=False)["input_ids"]
-    assert local.is_looping(ids, 12, digits=digits)
-    assert not local.is_looping(ids, 12)  # without the number rule the counter hides the repetition
+    assert generate.is_looping(ids, 12, digits=digits)
+    assert not generate.is_looping(ids, 12)  # without the number rule the counter hides the repetition
     prose = tok("In 1791 the bridge opened; in 1802 it was widened, and in 1958 a second span was added for trains.",
                 add_special_tokens=False)["input_ids"]
-    assert not local.is_looping(prose, 12, digits=digits)
+    assert not generate.is_looping(prose, 12, digits=digits)
 
 
 def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
@@ -116,7 +116,7 @@ def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
     cut = next(n for n in range(1, len(ids))  # mid-character, after at least one whole one
                if tok.decode(ids[:n]).endswith("\ufffd") and tok.decode(ids[:n]).rstrip("\ufffd"))
     script = iter(ids)
-    monkeypatch.setattr(local, "choose", lambda logits, temperature, generator: next(script))
+    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))
     answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft=0)
     assert answer.stop_reason == "length" and len(answer.token_ids) == cut
@@ -141,7 +141,7 @@ def test_unsupported_lists_what_the_document_does_not_say(answer, missing):
 def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
     said = tiny_lm.tokenizer("Built in 1802.", add_special_tokens=False)["input_ids"]
     script = itertools.chain(said, itertools.repeat(next(iter(tiny_lm.eos_ids))))
-    monkeypatch.setattr(local, "choose", lambda logits, temperature, generator: next(script))
+    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config(max_new_tokens=16))
     answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft=0)
     assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)

@@ -12,7 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from kvqa.bench.memory import weight_bytes
 from kvqa.cache import new_cache
-from kvqa.engines.local import decode_one_token, run_chunks
+from kvqa.generate import decode_one_token, run_chunks
 from kvqa.llama_step import supports
 from kvqa.model import prepare
 

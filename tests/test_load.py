@@ -32,6 +32,7 @@ def run_script(*args: str, timeout: float) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.model  # loads the model itself (a subprocess or the app)
 def test_two_sessions_two_questions_all_answered_without_cross_talk():
     done = run_script("--sessions", "2", "--questions", "2", "--max-new-tokens", "8", "--timeout", "150", "--json",
                       timeout=200)

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.engines.stored import StoredLocalEngine, cache_key
+from kvqa.engines.stored import StoredLocalEngine
+from kvqa.restore import cache_key
 from kvqa.store import FORMAT, KVStore, weights_fingerprint
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
@@ -294,6 +295,7 @@ print(json.dumps({"source": doc.cache_source, "answer": engine.stream(doc, "What
 """
 
 
+@pytest.mark.model  # loads the model itself (a subprocess or the app)
 def test_a_second_process_restores_without_prefilling(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", RESTARTED, str(tmp_path), DOC.text], capture_output=True,
                            text=True, timeout=300) for _ in range(2)]
@@ -315,15 +317,15 @@ def test_a_llama3_date_line_from_another_day_is_restored_with_its_date(tiny_llam
 
 
 def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm, tmp_path, monkeypatch, caplog):
-    import kvqa.engines.stored as stored
+    import kvqa.restore as restore
 
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
 
     def broken(*args, **kwargs):
         raise RuntimeError("shapes do not fit")
 
-    monkeypatch.setattr(stored, "cache_from_tensors", broken)
-    with caplog.at_level(logging.WARNING, logger="kvqa.engines.stored"):
+    monkeypatch.setattr(restore, "cache_from_tensors", broken)
+    with caplog.at_level(logging.WARNING, logger="kvqa.restore"):
         doc = engine.prefill(DOC)
     assert doc.cache_source == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
     assert_same_cache(fresh, doc)

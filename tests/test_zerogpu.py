@@ -278,6 +278,7 @@ def test_with_the_store_off_answers_pickle_the_cache_as_before(default_lm, fake_
     assert len(fake_spaces["tensors"]) > crossed
 
 
+@pytest.mark.model  # loads the model itself (a subprocess or the app)
 def test_the_handover_script_runs_on_small_settings():
     """scripts/zerogpu_handover.py, which measured the README's table: the key crosses in kilobytes, the cache in
     megabytes, and both give back the same cache (the script checks it)."""

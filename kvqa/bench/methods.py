@@ -13,7 +13,8 @@ import torch
 from ..cache import bytes_per_token, new_cache
 from ..config import Config
 from ..documents import Document
-from ..engines.local import LocalEngine, decode_one_token, run_chunks
+from ..engines.local import LocalEngine
+from ..generate import decode_one_token, run_chunks
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
 from ..sources import quotes

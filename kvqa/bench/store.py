@@ -37,8 +37,8 @@ def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[in
                     config: Config, say: Callable[[str], None] = lambda message: None) -> list[dict]:
     """Per (document, prefix ids), shortest first: a fresh prefill (written to a temporary store), then restores from
     the warm and the cold file; the same questions answered from both caches; the caches compared bit for bit."""
-    from ..engines.local import prefill
     from ..engines.stored import StoredLocalEngine
+    from ..generate import prefill
 
     prefill(lm, documents[0][0], config=config)  # first calls pay for lazy start-up: not part of any row
     rows = []

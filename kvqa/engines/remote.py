@@ -41,13 +41,13 @@ from ..errors import (
     EngineUnreachable,
     QuestionError,
 )
+from ..generate import with_sources
 from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
 from ..results import Answer, AnswerStream, PrefilledDocument
 from ..sources import quotes
 from ..timing import Timings
 from .base import EngineInfo
-from .local import with_sources
 
 CONNECT_TIMEOUT_S = 10.0  # a server that does not accept the connection this fast is not there
 CACHE_FLAGS = ("the server does not report cached tokens: vLLM needs --enable-prompt-tokens-details, SGLang "

@@ -26,22 +26,15 @@ import torch
 from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
+from ..generate import guarantee, out_of_memory_as_error, prefill_steps, prefix_of, stream, stream_without_cache
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
+from ..restore import cache_key, restore
 from ..results import Answer, AnswerStream, PrefilledDocument
 from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
-from .local import (
-    LocalEngine,
-    guarantee,
-    out_of_memory_as_error,
-    prefill_steps,
-    prefix_of,
-    stream,
-    stream_without_cache,
-)
-from .stored import cache_key, restore
+from .local import LocalEngine
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +142,8 @@ class _File:
 
 
 class ZeroGPUEngine:
-    """The local engine's functions inside @spaces.GPU calls; the model also sits on the CPU here for tokenizing.
-    With `store`, caches go through its files (module docstring)."""
+    """kvqa.generate's functions inside @spaces.GPU calls; the model also sits on the CPU here (a LocalEngine) for
+    tokenizing. With `store`, caches go through its files (module docstring)."""
 
     kind = "zerogpu"
 
