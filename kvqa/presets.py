@@ -22,6 +22,7 @@ class Preset:
     model: str  # Hugging Face hub id
     config: str  # kvqa/configs/<config>.json
     note: str
+    gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
 
     def settings(self) -> dict:
         """The architecture's config.json values."""
@@ -58,10 +59,11 @@ PRESETS = (
     Preset("HuggingFaceTB/SmolLM2-360M-Instruct", "smollm2-360m", "English; about 3x the default's work per token"),
     Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context"),
     Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)"),
-    Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)"),
+    Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)", gated=True),
     Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context"),
     Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", "English; 8k context"),
-    Preset("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b", "what kvqa is built for, on a GPU; gated (HF_TOKEN)"),
+    Preset("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b", "what kvqa is built for, on a GPU; gated (HF_TOKEN)",
+           gated=True),
 )
 
 
@@ -73,7 +75,7 @@ def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[
 def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: bool | None = None) -> list[str]:
     """The models the app's dropdown offers when KVQA_MODELS names none: on a Space, or with KVQA_PRESETS=1 (they
     download from the hub), `default` and the presets that fit this machine (GPU memory in bfloat16, else RAM in
-    float32); elsewhere only `default`. memory_bytes, cuda: the machine, for tests."""
+    float32), gated ones only with HF_TOKEN; elsewhere only `default`. memory_bytes, cuda: the machine, for tests."""
     if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
         return [default]
     if cuda is None:
@@ -89,4 +91,6 @@ def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: boo
             import psutil
 
             memory_bytes = psutil.virtual_memory().total
-    return list(dict.fromkeys([default, *(p.model for p in fitting(memory_bytes, 2 if cuda else 4))]))
+    token = (environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or "").strip()
+    fits = [p.model for p in fitting(memory_bytes, 2 if cuda else 4) if token or not p.gated]
+    return list(dict.fromkeys([default, *fits]))

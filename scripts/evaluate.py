@@ -463,7 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model,
                     "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens,
-                    "quote_passages": variants, "reminder": not args.no_reminder, "threads": torch.get_num_threads(),
+                    "quote_passages": variants, "reminder": kvqa.prompt.REMIND_AFTER_DOCUMENT,
+                    "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
         print(json.dumps({"settings": settings, "documents": documents, "rows": rows, "summary": result},
                          ensure_ascii=False, indent=1))

@@ -99,5 +99,7 @@ def test_the_dropdown_offers_the_presets_that_fit_on_a_space_only():
     space = offered("HuggingFaceTB/SmolLM2-135M-Instruct", {"SPACE_ID": "a/b"}, memory_bytes=16 * 2**30, cuda=False)
     assert space[0] == "HuggingFaceTB/SmolLM2-135M-Instruct" and "Qwen/Qwen2.5-0.5B-Instruct" in space
     assert "meta-llama/Llama-3.2-3B-Instruct" not in space  # 13.7 GiB in float32 is over half of 16 GB
-    gpu = offered("meta-llama/Llama-3.2-3B-Instruct", {"KVQA_PRESETS": "1"}, memory_bytes=80 * 2**30, cuda=True)
+    assert "meta-llama/Llama-3.2-1B-Instruct" not in space  # gated: not without HF_TOKEN
+    gpu = offered("meta-llama/Llama-3.2-3B-Instruct", {"KVQA_PRESETS": "1", "HF_TOKEN": "hf_x"},
+                  memory_bytes=80 * 2**30, cuda=True)
     assert gpu[0] == "meta-llama/Llama-3.2-3B-Instruct" and len(gpu) == len(PRESETS)
