@@ -129,7 +129,7 @@ def test_bench_default_model_same_answers(default_lm):
 def test_document_cut_to_exact_length(default_lm):
     prompt = ChatPrompt.for_tokenizer(default_lm.tokenizer)
     ids = default_lm.tokenizer(SAMPLE_DOCUMENT.read_text(), add_special_tokens=False)["input_ids"]
-    for target in (60, 333, 1000):
+    for target in (80, 333, 1000):  # the prompt alone is 68 tokens
         document, prefix = cut_document(prompt, ids, target, name="sample")
         assert prefix == prompt.prefix_ids(document.text) and target - 2 <= len(prefix) <= target
     with pytest.raises(BenchError, match="too short"):
@@ -141,11 +141,11 @@ def test_bench_cli_json_with_random_init(tmp_path, default_lm):
     config.write_text(json.dumps(TINY_CONFIG))
     plot = tmp_path / "plot.png"
     run = subprocess.run([sys.executable, "-m", "kvqa", "bench", "--json", "--random-init", str(config),
-                          "--contexts", "64,128", "--questions", "2", "--max-new-tokens", "4", "--plot", str(plot)],
+                          "--contexts", "80,128", "--questions", "2", "--max-new-tokens", "4", "--plot", str(plot)],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)  # exactly one JSON object on stdout
-    check_result(result, [64, 128], questions=2, max_new_tokens=4)
+    check_result(result, [80, 128], questions=2, max_new_tokens=4)
     assert result["model"] == "random-init tiny"
     assert plot.read_bytes().startswith(b"\x89PNG")
 

@@ -39,11 +39,13 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
-                          "sources"}
+                          "sources", "unsupported"}
+        assert isinstance(a["unsupported"], list)
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
     assert "pelican" in result["answers"][0]["answer"].lower()
     first = result["answers"][0]["sources"][0]
-    assert set(first) == {"page", "start", "end", "text"} and "pelican" in first["text"] and first["page"] is None
+    assert set(first) == {"page", "start", "end", "text", "mark_start", "mark_end"} and "pelican" in first["text"]
+    assert first["page"] is None and first["start"] <= first["mark_start"] < first["mark_end"] <= first["end"]
     assert doc_path.read_text()[first["start"]: first["end"]] == first["text"]
 
     baseline = json.loads(kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json",

@@ -149,10 +149,11 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     first = session.ask("When does the museum open?").answer
     second = session.ask("And what is the secret word?").answer
     history = [("When does the museum open?", first.text)]
-    whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,
-                                      prompt=session.prefilled.prompt, history=history)
+    whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,  # quoting as the
+                                      prompt=session.prefilled.prompt, history=history,  # engine does
+                                      quote=config.quote_passages)
     assert second.token_ids == whole.token_ids and session.turns[-1].follows == 1
-    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?")
+    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?", quote=config.quote_passages)
     assert alone.timings.question_tokens < second.timings.question_tokens  # the follow-up read the first turn
     assert session.prefilled.cache.length == session.prefilled.tokens
     for (k, v), (k0, v0) in zip(session.prefilled.cache.tensors(), before):  # never written into the document's part
