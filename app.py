@@ -11,6 +11,7 @@ import argparse
 import functools
 import html
 import os
+import re
 import statistics
 import sys
 import threading
@@ -91,13 +92,12 @@ def _marked_quote(source) -> str:
     """The source's text on one line, HTML-escaped, its best-matching sentence in <mark>."""
     a, b = source.mark[0] - source.start, source.mark[1] - source.start
 
-    def flat(text):
-        return html.escape(" ".join(text.split()))
+    def flat(text):  # each run of whitespace as one space, kept where it was (none is added: CJK has no spaces)
+        return html.escape(re.sub(r"\s+", " ", text))
 
     if b <= a:
-        return flat(source.text)
-    return " ".join(p for p in (flat(source.text[:a]), f"<mark>{flat(source.text[a:b])}</mark>",
-                                flat(source.text[b:])) if p)
+        return flat(source.text).strip()
+    return (flat(source.text[:a]) + f"<mark>{flat(source.text[a:b])}</mark>" + flat(source.text[b:])).strip()
 
 
 def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
