@@ -1,4 +1,4 @@
-"""Issue 12's GPU check: Llama-3.2-3B's shapes with random weights, in bfloat16, at 8,192 and 32,768 tokens.
+"""The GPU check: Llama-3.2-3B's shapes with random weights, in bfloat16, at 8,192 and 32,768 tokens.
 
 Reports, per context: prefill tokens/s; time to first token against its floor (a bare forward of the question on the
 prefilled cache); decode tokens/s against the bandwidth floor ((weights + keys/values) / measured read bandwidth),

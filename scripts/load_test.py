@@ -552,7 +552,7 @@ def parse_args(argv):
                         help="answers computed at once by the launched server (app.py --concurrency; default: app's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     parser.add_argument("--shared", action="store_true", help="every session reads the same document (session 0's): "
-                        "one prefill shared by all (issue 14)")
+                        "one prefill shared by all")
     args = parser.parse_args(argv)
     if not 1 <= args.sessions <= MAX_SESSIONS:
         parser.error(f"--sessions must be between 1 and {MAX_SESSIONS}")

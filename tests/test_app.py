@@ -40,7 +40,7 @@ def test_paste_prefills_once_and_shows_figures(session):
 
 
 def test_two_sessions_with_one_document_share_its_cache(default_lm):
-    """Issue 14: the second session's cache is the first one's, and its status says so."""
+    """The second session's cache is the first one's, and its status says so."""
     text = DOC_B + " This copy is only for the sharing test."
     first, second = UI.on_paste(text, None)[UI.state], None
     try:
@@ -120,7 +120,7 @@ def test_stop_ends_the_answer_and_keeps_the_cache(session):
 
 
 def test_an_abandoned_answer_frees_the_session_when_its_request_ends(session):
-    """Issue 10: Gradio closes the handler's generator when a request ends early; the session is free at once."""
+    """Gradio closes the handler's generator when a request ends early; the session is free at once."""
     events = UI.on_ask("Describe the document in detail.", session, False)
     next(events)
     assert session.busy
@@ -177,7 +177,7 @@ def test_ask_streams_to_api_clients(server):
 
 
 def test_the_app_is_built_from_one_composition_root(default_lm):
-    """Issue 10: another model or setting means another KvqaApp, not a rebound global."""
+    """Another model or setting means another KvqaApp, not a rebound global."""
     import kvqa
 
     other = app.KvqaApp(kvqa.Config(max_new_tokens=7), kvqa.make_engine(kvqa.Config(max_new_tokens=7), lm=default_lm))
@@ -190,7 +190,7 @@ def test_the_app_is_built_from_one_composition_root(default_lm):
     session.close()
 
 
-# ---- issue 13 part 5: the page in Chinese
+# ---- the page in Chinese
 
 DOC_ZH = "秘密词是鹈鹕。博物馆在工作日上午九点开门。"
 

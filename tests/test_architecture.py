@@ -1,4 +1,4 @@
-"""Issue 10: the house without circles. kvqa's modules import each other in one direction only, and nothing outside
+"""The house without circles. kvqa's modules import each other in one direction only, and nothing outside
 kvqa/engines/ knows which engine runs."""
 
 from __future__ import annotations

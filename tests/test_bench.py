@@ -57,10 +57,10 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
             assert r["floor_ttft_s"] > 0 and r["unchunked_prefill_s"] > 0 and r["chunked_prefill_s"] > 0
             assert r["cache_tokens"] == r["context_tokens"] + 512 + max_new_tokens  # document + reserve
             assert r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0
-            assert r["draft_same_answers"] is True and r["draft_tokens_per_step"] >= 0  # issue 16
+            assert r["draft_same_answers"] is True and r["draft_tokens_per_step"] >= 0
             assert r["draft_speedup"] is None or r["draft_speedup"] > 0
-            assert 0 <= r["sources_s"] < r["answer_s"]  # issue 11: sources cost little
-            assert r["written_step_same_logits"] is True  # issue 12: the step written out computes the forward's logits
+            assert 0 <= r["sources_s"] < r["answer_s"]  # sources cost little
+            assert r["written_step_same_logits"] is True  # the step written out computes the forward's logits
             assert r["written_step_s"] > 0 and r["forward_step_s"] > 0 and r["written_step_speedup"] > 0
         else:
             assert r["floor_ttft_s"] is None
@@ -89,7 +89,7 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
 
 
 def test_bench_measures_bandwidth_and_the_decode_floor(tiny_lm):
-    """Issue 12 item 1, "know the floor": the bandwidth once per run; per kvqa row the decode step against
+    """Know the floor: the bandwidth once per run; per kvqa row the decode step against
     (weights + KV at the context) / bandwidth, and TTFT against the question's bare forward."""
     config = kvqa.Config(max_new_tokens=5, chunk_size=48)
     result = run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[80, 160], questions=QUESTIONS[:2],
@@ -187,7 +187,7 @@ def test_context_longer_than_the_model_is_refused(tiny_lm):
 
 
 def test_store_bench_restores_the_same_cache_and_answers(tiny_lm):
-    """Issue 14: `bench --store` rows, on the tiny model."""
+    """`bench --store` rows, on the tiny model."""
     from kvqa.bench.store import format_store_table, run_store_bench
 
     prompt = ChatPrompt.for_tokenizer(tiny_lm.tokenizer)

@@ -71,7 +71,7 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     for answer in (first, second):
         assert "first token" in answer and "tokens/s" in answer
         assert len(answer.split("first token")[0].strip()) > 0
-        assert "Sources in the document" in answer  # issue 11: where each answer came from, folded under it
+        assert "Sources in the document" in answer  # where each answer came from, folded under it
     page.locator('[data-testid="bot"]').nth(1).locator("details.sources summary").click()
     assert page.locator('[data-testid="bot"]').nth(1).locator("details.sources li").count() >= 1
     evidence = page.locator('[data-testid="bot"]').nth(1).locator("blockquote.evidence")  # shown, not folded
@@ -97,7 +97,7 @@ def test_a_bad_upload_shows_a_warning_and_keeps_the_document(server, page, tmp_p
 
 
 def test_choose_a_part_and_follow_up(server, page):
-    """Issue 13, in the same page: read a chosen part of the document, then ask a follow-up with the conversation
+    """Read a chosen part of the document, then ask a follow-up with the conversation
     remembered."""
     page.locator("#part textarea").fill("1-2000")
     page.locator("#read-part").click()
@@ -115,7 +115,7 @@ DOC_ZH = "秘密词是鹈鹕。博物馆在工作日上午九点开门。"
 
 
 def test_the_page_in_chinese(server, browser, tmp_path):
-    """Issue 13 part 5: a browser whose language is Chinese gets every label, the panels, the answer's figures,
+    """A browser whose language is Chinese gets every label, the panels, the answer's figures,
     the latency panel and the toasts in Chinese; a Chinese document is read and quoted back; the switch turns the
     page to English. Saves assets/ui-zh.png."""
     context = browser.new_context(locale="zh-CN", viewport={"width": 1400, "height": 1200})

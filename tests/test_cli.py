@@ -56,7 +56,7 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
 
 
 def test_the_store_restores_the_cache_in_the_next_run_unless_told_not_to(doc_path, tmp_path, default_lm):
-    """Issue 14: a second `kvqa ask` on the same document reads its cache from the store, and answers the same."""
+    """A second `kvqa ask` on the same document reads its cache from the store, and answers the same."""
     env = {"KVQA_STORE_DIR": str(tmp_path / "store"), "KVQA_STORE_MB": "100"}
     ask = ("ask", str(doc_path), "-q", "What is the secret word?", "--max-new-tokens", "12", "--json")
     runs = [json.loads(kvqa(*ask, *extra, env=env).stdout) for extra in ((), (), ("--no-store",))]

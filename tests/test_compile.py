@@ -1,4 +1,4 @@
-"""Issue 12: the fixed-shape decode step (KVCache.static_view) and its compiled form keep kvqa's promise: the same
+"""The fixed-shape decode step (KVCache.static_view) and its compiled form keep kvqa's promise: the same
 greedy tokens as the ordinary step, the document's keys and values untouched, answers equal to a recompute."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_static_view_writes_only_after_the_document_and_follows_rollback(tiny_lm
 
 def test_compiled_step_answers_like_a_recompute_through_the_same_step(tiny_lm):
     """The compiled graph serves every token and question of a document (shapes and addresses fixed), and a cached
-    answer equals the recompute of the whole prompt in the same chunks, token for token (issue 12, item 4)."""
+    answer equals the recompute of the whole prompt in the same chunks, token for token."""
     lm = dataclasses.replace(tiny_lm, decode_step=compiled_decode_step(tiny_lm.model, tiny_lm.device))
     document = kvqa.document_from_text(TEXT)
     config = kvqa.Config(chunk_size=64, max_new_tokens=12, max_question_tokens=32)
@@ -86,7 +86,7 @@ def test_compile_setting_is_checked():
 
 
 def test_gpu_check_script_runs_end_to_end_on_a_tiny_model(tmp_path, default_lm):
-    """scripts/gpu_check.py is what a lent GPU runs (issue 12): its --smoke mode keeps it working between loans."""
+    """scripts/gpu_check.py is what a lent GPU runs: its --smoke mode keeps it working between loans."""
     import json
     import subprocess
     import sys

@@ -68,7 +68,7 @@ def test_doctor_on_this_cpu_machine(default_lm):
 
 @pytest.mark.model  # loads the model itself (a subprocess or the app)
 def test_doctor_reports_the_cache_store(tmp_path):
-    """Issue 14: the store's folder, entries and size; a folder kvqa cannot write to is a problem with its fix."""
+    """The store's folder, entries and size; a folder kvqa cannot write to is a problem with its fix."""
     off = doctor({})  # the tests' default: KVQA_STORE_MB=0
     assert re.search(r"^cache store\s+off", off.stdout, re.M)
     (tmp_path / "a.safetensors").write_bytes(b"x" * 2**20)

@@ -1,4 +1,4 @@
-"""Issue 16: drafting from the document. Greedy answers with drafting are the tokens plain decoding gives (float32,
+"""Drafting from the document. Greedy answers with drafting are the tokens plain decoding gives (float32,
 the default model and the tiny one); guesses the model rejects leave no trace in the cache; Stop still ends within
 one step."""
 

@@ -53,7 +53,7 @@ def test_cached_answers_equal_whole_prompt_answers(lm, draft):
 @pytest.mark.parametrize("name,draft", [("tiny-bfloat16", 0), ("tiny-float16", 0), ("smollm2-bfloat16", 0),
                                         ("smollm2-bfloat16", 6)])
 def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_the_same_chunks(half_lms, name, draft):
-    """Issue 11: in bf16/fp16 a single forward over the whole prompt rounds differently from the chunked prefill
+    """In bf16/fp16 a single forward over the whole prompt rounds differently from the chunked prefill
     (different matmul shapes), so only the recompute in the same chunks is promised, and it holds bit for bit."""
     lm = half_lms[name]
     document = kvqa.document_from_text(TEXT)

@@ -1,4 +1,4 @@
-"""Issue 12: the decode step written out (kvqa.llama_step) computes what the model's own forward computes for one
+"""The decode step written out (kvqa.llama_step) computes what the model's own forward computes for one
 token, bit for bit: the same logits and the same keys and values in the cache, step after step, in float32 and
 bfloat16. It adds no memory, and models it cannot run fall back to the forward."""
 

@@ -1,4 +1,4 @@
-"""Issue 13 part 5: every text in English and Chinese from one catalog; errors keep their English str and say
+"""Every text in English and Chinese from one catalog; errors keep their English str and say
 themselves in Chinese; every raise site names a message id."""
 
 from __future__ import annotations

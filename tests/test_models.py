@@ -43,7 +43,7 @@ def test_a_model_that_cannot_be_found_says_what_to_do(tmp_path):
 
 
 def test_model_choice_for_the_machine_without_network():
-    """Issue 13: with no model named, CUDA and hub access (mocked at the boundary) pick Llama 3.2 3B, else the
+    """With no model named, CUDA and hub access (mocked at the boundary) pick Llama 3.2 3B, else the
     offline default, with a one-line reason."""
     from kvqa.config import DEFAULT_MODEL, GPU_MODEL, SPACES_DEFAULT_MODEL, choose_model, config_from_env
 

@@ -1,4 +1,4 @@
-"""Issue 13: documents longer than the context (the part that fits is read and named; any part can be chosen),
+"""Documents longer than the context (the part that fits is read and named; any part can be chosen),
 several files as one document, and follow-up questions (exact, and never written into the document's cache)."""
 
 from __future__ import annotations

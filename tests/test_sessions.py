@@ -137,7 +137,7 @@ def test_a_session_does_one_thing_at_a_time(tiny_lm):
 
 
 def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):
-    """Issue 10: --concurrency 2 against a budget that holds 2.5 caches and six sessions. Eviction only takes idle
+    """--concurrency 2 against a budget that holds 2.5 caches and six sessions. Eviction only takes idle
     sessions' caches, admission reserves its bytes, so: no answer loses its cache, no session loses its document,
     every answer is the one a session of its own gives, and the live caches never exceed the budget."""
     one = max(cache_bytes(tiny_lm, doc) for doc in DOCS)

@@ -1,4 +1,4 @@
-"""Sessions share one cache per document (issue 14): one prefill, counted once, answers that never mix."""
+"""Sessions share one cache per document: one prefill, counted once, answers that never mix."""
 
 from __future__ import annotations
 

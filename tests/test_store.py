@@ -1,4 +1,4 @@
-"""The disk tier (issue 14): content-addressed cache files, restored bit for bit, and nothing on disk trusted."""
+"""The disk tier: content-addressed cache files, restored bit for bit, and nothing on disk trusted."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11: answers a user can trust. Looping answers end early (the same rule on both paths), and each answer
+"""Answers a user can trust. Looping answers end early (the same rule on both paths), and each answer
 carries the passages of the document it relies on, with their PDF page."""
 
 from __future__ import annotations

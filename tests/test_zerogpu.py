@@ -99,7 +99,7 @@ def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(defaul
 
 
 def test_settings_cross_too(default_lm, fake_spaces):
-    """Issue 10: the answer length and the model are the engine's, inside the GPU function as outside."""
+    """The answer length and the model are the engine's, inside the GPU function as outside."""
     session = zerogpu_session(kvqa.Config(max_new_tokens=5))
     session.load(kvqa.document_from_text(TEXT))
     answer = session.ask("Describe the document in detail.").answer
@@ -167,7 +167,7 @@ def test_the_cache_crosses_once_and_without_its_reserve(default_lm):
         kvqa.answer(default_lm, doc, "What is the secret word?").token_ids
 
 
-# ---- the store (issue 14): answers get the file's key, not the cache ------------------------------------------------
+# ---- the store: answers get the file's key, not the cache ------------------------------------------------
 
 QUESTIONS = ["What is the secret word?", "When does the museum open?"]
 
