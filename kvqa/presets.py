@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -24,14 +25,15 @@ class Preset:
     note: str
     gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
 
+    @cached_property
     def settings(self) -> dict:
-        """The architecture's config.json values."""
+        """The architecture's config.json values, read once."""
         return json.loads((CONFIGS / f"{self.config}.json").read_text())
 
     @property
     def parameters(self) -> int:
         """Parameters, counted from the architecture (embeddings once when tied)."""
-        c = self.settings()
+        c = self.settings
         hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
         head_dim = c.get("head_dim") or hidden // c["num_attention_heads"]
         q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
@@ -45,7 +47,7 @@ class Preset:
         return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        c = self.settings()
+        c = self.settings
         head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
         return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
 
@@ -78,19 +80,14 @@ def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: boo
     float32), gated ones only with HF_TOKEN; elsewhere only `default`. memory_bytes, cuda: the machine, for tests."""
     if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
         return [default]
-    if cuda is None:
+    if cuda is None or memory_bytes is None:
+        import psutil
         import torch
 
-        cuda = torch.cuda.is_available()
-    if memory_bytes is None:
-        if cuda:
-            import torch
-
-            memory_bytes = torch.cuda.get_device_properties(0).total_memory
-        else:
-            import psutil
-
-            memory_bytes = psutil.virtual_memory().total
+        cuda = torch.cuda.is_available() if cuda is None else cuda
+        if memory_bytes is None:
+            memory_bytes = (torch.cuda.get_device_properties(0).total_memory if cuda
+                            else psutil.virtual_memory().total)
     token = (environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or "").strip()
     fits = [p.model for p in fitting(memory_bytes, 2 if cuda else 4) if token or not p.gated]
     return list(dict.fromkeys([default, *fits]))

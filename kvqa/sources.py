@@ -121,9 +121,7 @@ def evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int
     """(start, end) of the `limit` passages that best match the question, best first, leading space and page markers
     trimmed; fewer (or none) when fewer share a word with it."""
     index = _index(text)
-    scores = _scores(index, question)
-    order = sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-scores[i], i))
-    return [_trim(text, *index.spans[i]) for i in order[:limit]]
+    return [_trim(text, *index.spans[i]) for i in _ranked(_scores(index, question))[:limit]]
 
 
 def quotes(text: str, question: str, n: int) -> list[str]:
@@ -140,7 +138,7 @@ def find_sources(text: str, answer: str, question: str = "", *, pages: bool = Fa
     index = _index(text)
     asked, said = _scores(index, question), _scores(index, answer)
     combined = _unit(asked) + ANSWER_WEIGHT * _unit(said)
-    order = sorted((i for i in range(len(combined)) if combined[i] > 0), key=lambda i: (-combined[i], i))
+    order = _ranked(combined)
     if not order:
         return []
     best = combined[order[0]]
@@ -154,6 +152,11 @@ def find_sources(text: str, answer: str, question: str = "", *, pages: bool = Fa
                             score=round(float(combined[i]), 3),
                             mark=_best_sentence(text, start, end, asked_words, said_words)))
     return found
+
+
+def _ranked(scores: np.ndarray) -> list[int]:
+    """The passages that score above zero, best first (the earlier one first on a tie)."""
+    return sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-scores[i], i))
 
 
 def _unit(scores: np.ndarray) -> np.ndarray:

@@ -6,7 +6,6 @@ Qwen2.5's, Qwen3's without thinking, Llama 3's) splits exactly, and its cached a
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import torch
 import kvqa
 from conftest import FIXTURES
 from kvqa.model import prepare
-from kvqa.presets import CONFIGS, PRESETS, fitting
+from kvqa.presets import PRESETS, fitting
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.sources import quotes
 
@@ -47,7 +46,7 @@ def small_copy(preset, tokenizer):
     are not flat (greedy choices are then far from ties)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    settings = {k: v for k, v in json.loads((CONFIGS / f"{preset.config}.json").read_text()).items()
+    settings = {k: v for k, v in preset.settings.items()
                 if not k.startswith("_") and k not in ("torch_dtype", "architectures")}
     settings.update(num_hidden_layers=2, vocab_size=len(tokenizer))
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
