@@ -396,8 +396,9 @@ CATALOG: dict[str, tuple[str, str]] = {
     "ui.title": ("kvqa: read a document once, ask it anything", "kvqa：文档只读一次，随便问"),
     "ui.intro": (
         "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each question "
-        "then costs only its own tokens.",
-        "# kvqa\n模型只读一次你的文档（预填充），并保留它的键值（KV）缓存；之后每个问题只需计算问题自己的 token。"),
+        "then costs only its own turn: its tokens and the passage quoted beside it.",
+        "# kvqa\n模型只读一次你的文档（预填充），并保留它的键值（KV）缓存；之后每个问题只需计算它自己的一轮："
+        "问题本身和附在旁边的引文段落。"),
     "ui.model": ("Model (switching reads the document again)", "模型（切换后会重读文档）"),
     "ui.upload": ("Upload PDF, .txt or .md files (several are read as one document)",
                   "上传 PDF、.txt 或 .md 文件（多个文件作为一篇文档读取）"),
