@@ -24,10 +24,10 @@ import gradio as gr
 from kvqa import KvqaError, QuestionError, document_from_text, load_document
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
-from kvqa.documents import combine, load_documents
+from kvqa.documents import Document, combine, load_documents
 from kvqa.engines import Engine, make_engine
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
-from kvqa.parts import parse_range, unit_name
+from kvqa.parts import parse_range, select, unit_name
 from kvqa.presets import offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -36,6 +36,7 @@ from kvqa.store import store_for
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
+MIN_RATE_TOKENS = 256  # a read shorter than this is mostly fixed costs: its rate would not predict a longer one
 
 
 # ---- formatting: every text in the language of the request (kvqa.messages) -----------------------------------------
@@ -116,11 +117,11 @@ def latency_table(session: Session | None, lang: str = "en") -> dict:
     headers = say("latency.columns", lang).split("|")
     if session is None or session.prefilled is None and not session.turns:
         return {"headers": headers, "data": []}
-    prefill_s = session.prefilled.prefill_s if session.prefilled else 0.0
+    read_s = session.prefilled.first_read_s if session.prefilled else None
     rows = []
     for n, turn in enumerate(session.turns, start=1):
         t = turn.timings
-        factor, measured = speedup(turn, prefill_s)
+        factor, measured = speedup(turn, read_s)
         rows.append([
             n, turn.question[:60], t.question_tokens, t.new_tokens, round(t.ttft_s, 3), round(t.answer_s, 3),
             round(t.decode_tokens_per_s, 1),
@@ -142,10 +143,12 @@ def latency_summary(session: Session | None, lang: str = "en") -> str:
     ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
     if not ttfts:
         return say("latency.no_tokens", lang, ready=ready)
-    factors = [speedup(t, doc.prefill_s) for t in session.turns if t.timings.new_tokens]
+    factors = [speedup(t, doc.first_read_s) for t in session.turns if t.timings.new_tokens]
     measured = [f for f, m in factors if m]
+    estimated = [f for f, _ in factors if f]
     how = (say("latency.measured", lang, factor=statistics.median(measured)) if measured else
-           say("latency.estimated", lang, factor=statistics.median(f for f, _ in factors)))
+           say("latency.estimated", lang, factor=statistics.median(estimated)) if estimated else
+           say("latency.unknown", lang))
     return say("latency.summary", lang, ready=ready, count=len(ttfts), median=statistics.median(ttfts), how=how)
 
 
@@ -233,6 +236,8 @@ class KvqaApp:
             texts["ui.limits"] = f"<sub>{texts['ui.limits']}</sub>"  # small print
         self.i18n = gr.I18n(**self.page_texts)  # for launch(i18n=...)
         self._fixed: dict[gr.components.Component, dict[str, str]] = {}  # component -> {property: message id}
+        self.read_rates: dict[str, float] = {}  # model -> tokens/s of its latest read here, for the next estimate
+        self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
 
     @property
     def budget(self) -> CacheBudget:
@@ -301,6 +306,8 @@ class KvqaApp:
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
         rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.cache_source == "prefill" else ""
+        if session.cache_source == "prefill" and session in self.estimates:
+            rate += say("status.estimated", lang, seconds=self.estimates[session])
         reason = self.config.model_reason if session.engine is self.engine else Message("reason.app")
         cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
@@ -366,11 +373,34 @@ class KvqaApp:
         return document
 
     def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
+        """Read the document (or its part) into the session, saying first how big it is and, once this model has
+        read something here, about how long the read will take; the read's rate then feeds the next estimate."""
         session = self.new_session(session, request)
         progress(0, desc=say("progress.reading", lang))
-        changed = session.load(document, part=part,
-                               progress=lambda f: progress(f, desc=say("progress.prefill", lang)))
+        before, estimate = self.before_reading(session.engine, document if part is None else select(document, *part),
+                                               lang)
+        changed = session.load(document, part=part, progress=lambda f: progress(f, desc=before))
+        doc = session.prefilled
+        if changed:
+            self.estimates.pop(session, None)
+            if doc is not None and session.cache_source == "prefill":
+                if estimate is not None:
+                    self.estimates[session] = estimate
+                if doc.tokens >= MIN_RATE_TOKENS and doc.prefill_s > 0:
+                    self.read_rates[session.engine.info.model] = doc.tokens_per_s
         return session, changed
+
+    def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
+        """The progress line while a document is read, with the estimate in it: its size (pages, characters,
+        tokens) and, once this model has read a document here, the read time at that read's rate (else None)."""
+        tokens = min(engine.count_tokens(document.text), engine.info.context_tokens)  # a longer one is read in part
+        pages = say("status.pages", lang, pages=document.pages) if document.pages else ""
+        rate = self.read_rates.get(engine.info.model)
+        if not rate:
+            return say("progress.size", lang, pages=pages, chars=len(document.text), tokens=tokens), None
+        estimate = tokens / rate
+        return say("progress.estimate", lang, pages=pages, chars=len(document.text), tokens=tokens,
+                   seconds=estimate, rate=rate), estimate
 
     def show_read(self, get_document, session, lang, request, progress) -> dict:
         try:

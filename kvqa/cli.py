@@ -85,7 +85,8 @@ def _ask(args: argparse.Namespace) -> int:
     say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
     result = {"model": info.model, "engine": info.kind, "dtype": info.dtype,
               "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
-              "context_tokens": 0, "prefill_s": 0.0, "cache_bytes": 0, "cache_source": None, "answers": []}
+              "context_tokens": 0, "prefill_s": 0.0, "read_s": None, "cache_bytes": 0, "cache_source": None,
+              "answers": []}
     if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
         read = select(document, *part) if part else document
     else:
@@ -106,13 +107,14 @@ def _ask(args: argparse.Namespace) -> int:
             return engine.stream_without_cache(read, q)
     else:
         if doc.cache_source == "disk":
-            say(f"restored {doc.tokens:,} tokens from the store in {doc.prefill_s:.2f} s, "
+            first = f" (first read in {doc.read_s:.2f} s)" if doc.read_s is not None else ""
+            say(f"restored {doc.tokens:,} tokens from the store in {doc.prefill_s:.2f} s{first}, "
                 f"cache {doc.cache_bytes / 2**20:,.1f} MiB")
         else:
             say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
                 f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
-        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, cache_bytes=doc.cache_bytes,
-                      cache_source=doc.cache_source)
+        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, read_s=doc.first_read_s,
+                      cache_bytes=doc.cache_bytes, cache_source=doc.cache_source)
 
         def run(q):
             return engine.stream(doc, q)

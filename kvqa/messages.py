@@ -434,6 +434,7 @@ CATALOG: dict[str, tuple[str, str]] = {
                      "模型：{model}，运行于 {device}（{dtype}）：{reason}"),
     "status.tokens": ("document tokens: **{tokens:,}**", "文档 token 数：**{tokens:,}**"),
     "status.rate": (", {rate:,.0f} tokens/s", "，{rate:,.0f} token/秒"),
+    "status.estimated": (" (estimated {seconds:.1f} s before reading)", "（读取前估计 {seconds:.1f} 秒）"),
     "status.cache_size": ("cache size: {mb:,.1f} MB (with room for {reserve:,} question and answer tokens)",
                           "缓存大小：{mb:,.1f} MB（含留给问答的 {reserve:,} 个 token 的空间）"),
     "status.cache_remote": ("cache: kept by the serving engine", "缓存：由推理服务保存"),
@@ -444,7 +445,13 @@ CATALOG: dict[str, tuple[str, str]] = {
     "origin.memory": ("shared with another session: {seconds:.2f} s", "与另一个会话共享：{seconds:.2f} 秒"),
     "progress.loading_model": ("Loading {model}", "正在加载 {model}"),
     "progress.reading": ("Reading the document", "正在读取文档"),
-    "progress.prefill": ("Reading the document (prefill)", "正在读取文档（预填充）"),
+    "progress.size": ("Reading {chars:,} characters{pages}, {tokens:,} tokens (the first read with this model here "
+                      "measures its speed)",
+                      "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token（此模型在本机的首次读取，用来测速度）"),
+    "progress.estimate": ("Reading {chars:,} characters{pages}, {tokens:,} tokens: about {seconds:.1f} s at "
+                          "{rate:,.0f} tokens/s (this model's last read here)",
+                          "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token：约 {seconds:.1f} 秒"
+                          "（按此模型在本机上次的读取速度 {rate:,.0f} token/秒）"),
     "progress.reading_again": ("Reading the document again", "正在重新读取文档"),
     "toast.rebuilt": ("Your document's cache had been freed to make room for other users; it is back ({origin}).",
                       "为给其他用户腾出空间，你的文档缓存曾被释放；现在已恢复（{origin}）。"),
@@ -478,9 +485,13 @@ CATALOG: dict[str, tuple[str, str]] = {
     "latency.measured": ("measured by answering without the cache: **{factor:.1f}x** sooner",
                          "快 **{factor:.1f} 倍**（实测：不用缓存再回答一次）"),
     "latency.estimated": (
-        "estimated as (prefill + TTFT) / TTFT: **{factor:.1f}x** sooner (tick “also answer without the cache” to "
-        "measure it)",
-        "快 **{factor:.1f} 倍**（估算为（预填充 + 首 token 时间）/ 首 token 时间；勾选“同时不用缓存回答一次”可实测）"),
+        "estimated as (the document's first read + TTFT) / TTFT: **{factor:.1f}x** sooner (tick “also answer without "
+        "the cache” to measure it)",
+        "快 **{factor:.1f} 倍**（估算为（首次读取文档 + 首 token 时间）/ 首 token 时间；"
+        "勾选“同时不用缓存回答一次”可实测）"),
+    "latency.unknown": ("not estimated: this cache was stored without its first read time (tick “also answer "
+                        "without the cache” to measure it)",
+                        "无法估算：这个缓存存储时没有记录首次读取时间（勾选“同时不用缓存回答一次”可实测）"),
     "latency.summary": (
         "{ready}. Median time to first token over {count} question(s): **{median:.3f} s**; first token {how}.",
         "{ready}。{count} 个问题的首 token 时间中位数：**{median:.3f} 秒**；首 token {how}。"),

@@ -27,6 +27,11 @@ INSTRUCTIONS = (
 )
 REMINDER = "Answer each question from the document above, briefly, in the language of the question."
 REMIND_AFTER_DOCUMENT = True  # the instructions again after the document: +6 points in both languages (docs/quality.md)
+EXAMPLES = (  # worked examples of the answer's form, one per language: part of the cached prefix, free per question
+    "For example:\nQuestion: How tall is the tower?\nAnswer: 324 metres.\n"
+    "问题：这座塔建于哪一年？\n回答：1889年。"
+)
+WORKED_EXAMPLES = False
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
 
@@ -39,6 +44,8 @@ def today() -> str:
 def system_text(document: str) -> str:
     """The system turn: instructions, then the document between tags, then (REMIND_AFTER_DOCUMENT) a reminder."""
     reminder = f"\n\n{REMINDER}" if REMIND_AFTER_DOCUMENT else ""
+    if WORKED_EXAMPLES:
+        reminder += f"\n\n{EXAMPLES}"
     return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>{reminder}"
 
 

@@ -41,7 +41,7 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     if restored is not None:
         return restored
     doc = prefill(lm, document, config=config, progress=progress, prefix=(prompt, ids))  # admitted above
-    store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())  # views of the document's part only
+    store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)  # views, not copies
     return doc
 
 
@@ -81,5 +81,5 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: C
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
         prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
-        max_new_tokens=config.max_new_tokens, cache_source="disk",
+        max_new_tokens=config.max_new_tokens, cache_source="disk", read_s=stored.read_s,
     )

@@ -85,6 +85,7 @@ class PrefilledDocument:
     max_new_tokens: int
     cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
     #                                "memory" (shared with another session); prefill_s is what that took
+    read_s: float | None = None  # a restored cache: what reading the document took when it was made (None: unknown)
     token_count: int | None = None  # a serving engine: the prefix's tokens as the server counted them (no ids here)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
@@ -92,6 +93,12 @@ class PrefilledDocument:
     @property
     def tokens(self) -> int:
         return len(self.ids) if self.token_count is None else self.token_count
+
+    @property
+    def first_read_s(self) -> float | None:
+        """What reading the document took when its cache was made: prefill_s for one read now, the stored time for
+        one restored from disk (None when the file did not record it)."""
+        return self.prefill_s if self.cache_source == "prefill" else self.read_s
 
     @property
     def tokens_per_s(self) -> float:

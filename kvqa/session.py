@@ -218,13 +218,16 @@ def cache_origin(session: Session) -> Message:
     return Message(f"origin.{session.cache_source}", seconds=session.ready_s)
 
 
-def speedup(turn: Turn, prefill_s: float) -> tuple[float, bool]:
+def speedup(turn: Turn, read_s: float | None) -> tuple[float, bool]:
     """How much sooner the first token came than without the cache: (factor, measured?). Measured when the turn
-    was also answered without the cache; else estimated as (prefill + TTFT) / TTFT, since recomputing the whole
-    prompt costs about the document's prefill plus the question."""
+    was also answered without the cache; else estimated as (read + TTFT) / TTFT, since recomputing the whole
+    prompt costs about reading the document plus the question. `read_s` is what reading the document took when its
+    cache was made (PrefilledDocument.first_read_s), not what restoring it took; None (unknown): (0.0, False)."""
     ttft = turn.timings.ttft_s
     if ttft <= 0:
         return 0.0, False
     if turn.baseline is not None:
         return turn.baseline.ttft_s / ttft, True
-    return (prefill_s + ttft) / ttft, False
+    if read_s is None:
+        return 0.0, False
+    return (read_s + ttft) / ttft, False

@@ -61,7 +61,7 @@ class StoredCache:
     ids: tuple[int, ...]
     date_string: str
     tensors: Tensors
-    read_s: float
+    read_s: float | None  # what reading the document took when this cache was made (None: not recorded)
 
 
 def text_sha256(text: str) -> str:
@@ -109,7 +109,6 @@ class KVStore:
         """The cache stored under `key`, checked from end to end; None (logged, the file removed) when there is
         none or it cannot be trusted."""
         path = self.path(key)
-        started = time.perf_counter()
         try:
             found = self._read(path, key, torch.device(device))
         except FileNotFoundError:
@@ -123,10 +122,11 @@ class KVStore:
             os.utime(path)  # recently used: last out
         except OSError:
             pass
-        ids, date_string, tensors = found
-        return StoredCache(ids=ids, date_string=date_string, tensors=tensors, read_s=time.perf_counter() - started)
+        ids, date_string, tensors, read_s = found
+        return StoredCache(ids=ids, date_string=date_string, tensors=tensors, read_s=read_s)
 
-    def _read(self, path: Path, key: CacheKey, device: torch.device) -> tuple[tuple[int, ...], str, Tensors]:
+    def _read(self, path: Path, key: CacheKey,
+              device: torch.device) -> tuple[tuple[int, ...], str, Tensors, float | None]:
         from safetensors import safe_open
 
         with safe_open(str(path), framework="pt") as f:  # memory-mapped; refuses a header that does not fit the file
@@ -146,20 +146,22 @@ class KVStore:
         layers_out = [(tensors[f"k.{i}"].to(device), tensors[f"v.{i}"].to(device)) for i in range(layers)]
         if any(k.shape[-2] != len(ids) or v.shape[-2] != len(ids) for k, v in layers_out):
             raise ValueError("tensor lengths differ from the prefix ids")
-        return ids, meta["date_string"], layers_out
+        read_s = float(meta["read_s"]) if "read_s" in meta else None
+        return ids, meta["date_string"], layers_out, read_s
 
     # ---- writing --------------------------------------------------------------------------------------------------
 
-    def put(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors) -> Future[bool]:
+    def put(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors, *,
+            read_s: float | None = None) -> Future[bool]:
         """Write the cache in the background; `tensors` must not change afterwards (a document's part of a KVCache
-        never does). Returns at once: the future says, when the write is over, whether the file was written;
-        flush() waits for every write."""
+        never does); `read_s`: what reading the document took, kept with it. Returns at once: the future says,
+        when the write is over, whether the file was written; flush() waits for every write."""
         with self._lock:
             if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(target=self._write_loop, name="kvqa-store", daemon=True)
                 self._writer.start()
         written: Future[bool] = Future()
-        self._queue.put((key, tuple(ids), date_string, tensors, written))
+        self._queue.put((key, tuple(ids), date_string, tensors, read_s, written))
         return written
 
     def flush(self) -> None:
@@ -168,17 +170,18 @@ class KVStore:
 
     def _write_loop(self) -> None:
         while True:
-            key, ids, date_string, tensors, written = self._queue.get()
+            key, ids, date_string, tensors, read_s, written = self._queue.get()
             ok = False
             try:
-                ok = self.write(key, ids, date_string, tensors)
+                ok = self.write(key, ids, date_string, tensors, read_s=read_s)
             except Exception as e:  # never let the writer die: the cache is still in memory
                 log.warning("kvqa store: could not write a cache (%s: %s)", type(e).__name__, e)
             finally:
                 written.set_result(ok)
                 self._queue.task_done()
 
-    def write(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors) -> bool:
+    def write(self, key: CacheKey, ids: Sequence[int], date_string: str, tensors: Tensors, *,
+              read_s: float | None = None) -> bool:
         """Write now, atomically: a temporary file, fsync, rename. False (logged) when it cannot be written or would
         not fit under the limit."""
         from safetensors.torch import save
@@ -194,6 +197,8 @@ class KVStore:
         meta = {"format": str(FORMAT), "key": json.dumps(asdict(key), sort_keys=True), "layers": str(len(tensors)),
                 "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "sha256": _checksum(named, [*_names(len(tensors)), "ids"])}
+        if read_s is not None:
+            meta["read_s"] = f"{read_s:.6f}"
         path = self.path(key)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:

@@ -369,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="answer every question once per number of quoted passages (same prefill), e.g. 0,1")
     parser.add_argument("--no-reminder", action="store_true",
                         help="measure the prompt without the instructions repeated after the document")
+    parser.add_argument("--examples", choices=["on", "off"], default=None,
+                        help="worked examples of an answer after the document's instructions (default: kvqa's)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a kvqa Config setting for this run, e.g. --set quote_passages=0 (repeatable)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -392,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.no_reminder:
         kvqa.prompt.REMIND_AFTER_DOCUMENT = False
+    if args.examples:
+        kvqa.prompt.WORKED_EXAMPLES = args.examples == "on"
     texts: dict[str, str] = {}
     if args.squad:
         if len(args.lang) != len(args.squad):

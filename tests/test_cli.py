@@ -32,10 +32,11 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert cached.returncode == 0, cached.stderr
     result = json.loads(cached.stdout)  # exactly one JSON object on stdout
     assert set(result) == {"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "context_tokens",
-                           "prefill_s", "cache_bytes", "cache_source", "answers"}
+                           "prefill_s", "read_s", "cache_bytes", "cache_source", "answers"}
     assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20
     assert result["engine"] == "local" and result["dtype"] == "float32" and result["exact_vs_recompute"] is True
     assert result["prefill_s"] > 0 and result["cache_bytes"] > 0 and result["cache_source"] == "prefill"
+    assert result["read_s"] == result["prefill_s"]
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
@@ -51,6 +52,7 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     baseline = json.loads(kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json",
                                "--no-cache").stdout)
     assert baseline["prefill_s"] == 0 and baseline["cache_bytes"] == 0 and baseline["cache_source"] is None
+    assert baseline["read_s"] is None
     assert [a["answer"] for a in baseline["answers"]] == [a["answer"] for a in result["answers"]]
     assert all(b["question_tokens"] > a["question_tokens"] for a, b in zip(result["answers"], baseline["answers"]))
 
@@ -63,6 +65,7 @@ def test_the_store_restores_the_cache_in_the_next_run_unless_told_not_to(doc_pat
     assert [r["cache_source"] for r in runs] == ["prefill", "disk", "prefill"]
     assert len({r["answers"][0]["answer"] for r in runs}) == 1
     assert all(r["prefill_s"] > 0 and r["context_tokens"] == runs[0]["context_tokens"] for r in runs)
+    assert abs(runs[1]["read_s"] - runs[0]["prefill_s"]) < 1e-5  # the restore reports the first read's time too
     assert len(list((tmp_path / "store").glob("*.safetensors"))) == 1
 
 

@@ -51,6 +51,8 @@ def test_a_restored_cache_is_bit_identical_and_answers_token_for_token(tiny_lm, 
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
     restored = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
     assert (fresh.cache_source, restored.cache_source) == ("prefill", "disk")
+    assert abs(restored.read_s - fresh.prefill_s) < 1e-5  # the first read's time is kept with the cache
+    assert restored.first_read_s == restored.read_s != restored.prefill_s
     assert restored.cache.capacity == fresh.cache.capacity
     assert_same_cache(fresh, restored)
     for q in QUESTIONS:

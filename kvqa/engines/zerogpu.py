@@ -195,7 +195,7 @@ class ZeroGPUEngine:
         """Write the prefilled cache to the store from this side, in the background (the GPU process may end as
         soon as its function returns; this process's disk is certain to be the store's)."""
         self._gpu_key = key
-        written = self.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())
+        written = self.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)
         self._remember(doc, _File(key, written))
 
     def _restore(self, document: Document, prefix: tuple[ChatPrompt, list[int]]) -> PrefilledDocument | None:

@@ -1,0 +1,88 @@
+"""What the latency panel says: the first-token speedup is estimated from what reading the document took when its
+cache was made, not from what restoring the cache took (the fake engine stands in for the model)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import app as app_module
+from fakes import FakeEngine
+from kvqa.budget import CacheBudget
+from kvqa.config import Config
+from kvqa.documents import document_from_text
+from kvqa.session import Session, speedup
+
+DOC = document_from_text("A short document about ferries, bridges and the harbour's opening hours.")
+
+
+class RestoringEngine(FakeEngine):
+    """Gives back a cache "restored from disk" in 0.05 s that took `read_s` to read when it was made."""
+
+    def __init__(self, read_s: float | None):
+        super().__init__()
+        self.read_s = read_s
+
+    def prefill(self, document, **kwargs):
+        doc = super().prefill(document, **kwargs)
+        return replace(doc, cache_source="disk", prefill_s=0.05, read_s=self.read_s)
+
+
+def asked(engine: FakeEngine) -> Session:
+    session = Session(engine)
+    session.load(DOC)
+    session.ask("When does the ferry leave?").answer  # noqa: B018 - runs the answer
+    return session
+
+
+def test_the_first_read_time_is_the_prefill_or_the_stored_one():
+    read_now = FakeEngine().prefill(DOC)
+    assert read_now.cache_source == "prefill" and read_now.first_read_s == read_now.prefill_s
+    assert RestoringEngine(12.5).prefill(DOC).first_read_s == 12.5
+    assert RestoringEngine(None).prefill(DOC).first_read_s is None  # a file that did not record it
+
+
+def test_a_restored_cache_estimates_from_its_first_read_not_its_restore():
+    session = asked(RestoringEngine(read_s=20.0))
+    turn = session.turns[0]
+    ttft = turn.timings.ttft_s
+    factor, measured = speedup(turn, session.prefilled.first_read_s)
+    assert not measured and abs(factor - (20.0 + ttft) / ttft) < 1e-9
+    restore_based = (0.05 + ttft) / ttft
+    summary = app_module.latency_summary(session)
+    assert f"{factor:.1f}x" in summary and f"{restore_based:.1f}x" not in summary
+    assert "restored from disk: 0.05 s" in summary  # the restore's own time, said separately
+    assert app_module.latency_table(session)["data"][0][-1] == f"{factor:.1f}x (estimated)"
+
+
+def test_an_unknown_first_read_is_not_estimated():
+    session = asked(RestoringEngine(read_s=None))
+    assert speedup(session.turns[0], None) == (0.0, False)
+    assert "not estimated" in app_module.latency_summary(session)
+    assert "不用缓存" in app_module.latency_summary(session, "zh")
+    assert app_module.latency_table(session)["data"][0][-1] == ""
+
+
+def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
+    said: list[str] = []
+
+    def progress(fraction, desc=None):
+        said.append(desc)
+
+    first = document_from_text("word " * 600)  # the fake engine counts words: 600 tokens in 0.01 s
+    session, _ = kvqa_app.read(first, None, None, progress)
+    assert "3,000 characters, 600 tokens" in said[-1] and "about" not in said[-1]
+    assert "estimated" not in kvqa_app.status_markdown(session)  # nothing was estimated before the first read
+    assert kvqa_app.read_rates == {"fake": 600 / 0.01}
+
+    second = document_from_text("other " * 1200)
+    session, _ = kvqa_app.read(second, session, None, progress)
+    assert "1,200 tokens: about 0.0 s at 60,000 tokens/s" in said[-1]
+    assert "(estimated 0.0 s before reading)" in kvqa_app.status_markdown(session)
+    assert "读取前估计 0.0 秒" in kvqa_app.status_markdown(session, "zh")
+
+
+def test_a_short_read_does_not_set_the_rate():
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
+    kvqa_app.read(document_from_text("a few words only"), None, None, lambda *a, **k: None)
+    assert kvqa_app.read_rates == {}
