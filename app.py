@@ -59,6 +59,11 @@ def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: s
     return f"\n\n<sub>{figures}{drafted}{server_cache_note(t, lang)}{stopped}{after}</sub>"
 
 
+def part_line(part, lang: str = "en") -> str:
+    """Under an answer from a document cut into parts: which part it came from."""
+    return f"\n\n<sub>{say('answer.part', lang, part=render(part.name, lang))}</sub>" if part is not None else ""
+
+
 def server_cache_note(t, lang: str = "en") -> str:
     """For answers from a serving engine: how much of the prompt came from its prefix cache, or that it did not say."""
     if t.prompt_tokens is None:
@@ -107,7 +112,8 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant",
-                         "content": (turn.answer or "…") + sources_block(turn.sources, lang, turn.unsupported)
+                         "content": (turn.answer or "…") + part_line(turn.part, lang)
+                         + sources_block(turn.sources, lang, turn.unsupported)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
@@ -469,9 +475,13 @@ class KvqaApp:
         def rebuilt(d):
             return gr.Info(say("toast.rebuilt", lang, origin=render(cache_origin(session), lang)))
 
+        def part_read(d):
+            return gr.Info(f"{render(session.notice, lang)} ({render(cache_origin(session), lang)})")
+
+        reading = say("progress.reading_part" if len(session.parts) > 1 else "progress.reading_again", lang)
         try:
-            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt,
-                             progress=lambda f: progress(f, desc=say("progress.reading_again", lang))) as pieces:
+            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt, on_part=part_read,
+                             progress=lambda f: progress(f, desc=reading)) as pieces:
                 text = ""
                 for piece in pieces:
                     text += piece

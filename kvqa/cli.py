@@ -49,7 +49,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
     from .engines import make_engine
     from .messages import Message
-    from .parts import notice, parse_range, prefill_part, select
+    from .parts import notice, parse_range, prefill_part, prefill_parts, route, select
     from .sources import source_dict
     from .store import store_for
 
@@ -89,12 +89,15 @@ def _ask(args: argparse.Namespace) -> int:
               "answers": []}
     if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
         read = select(document, *part) if part else document
+        result["parts"] = [_part_dict(read, document) | {"tokens": None}]  # counted by each question's prompt
     else:
         progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
-        doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
-                           first=part[0] if part else None, last=part[1] if part else None)
+        doc, parts = prefill_parts(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
+                                   first=part[0] if part else None, last=part[1] if part else None)
         read = doc.document  # the document, or the part of it that fits the model
-    said = notice(read, document, asked=part)
+        unit = "pages" if document.page_starts else "characters"
+        result["parts"] = [{"unit": unit, "first": a, "last": b, "tokens": tokens} for a, b, tokens in parts]
+    said = notice(read, document, asked=part, parts=1 if args.no_cache else len(parts))
     if said:
         print(f"kvqa: {said}", file=sys.stderr)
     if read.part is not None:
@@ -118,7 +121,18 @@ def _ask(args: argparse.Namespace) -> int:
 
         def run(q):
             return engine.stream(doc, q)
+    current = 0
     for q in questions:
+        if not args.no_cache and not part and len(parts) > 1:  # to the part that matches the question best
+            target = route(document, parts, q, current=current)
+            if target != current:
+                first, last, _ = parts[target]
+                doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
+                                   first=first, last=last)
+                read, current = doc.document, target
+                routed = Message("notice.routed", part=read.part.name, name=document.name, index=target + 1,
+                                 parts=len(parts))
+                print(f"kvqa: {routed}", file=sys.stderr)
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
         with run(q) as pieces:
@@ -131,6 +145,7 @@ def _ask(args: argparse.Namespace) -> int:
             "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
             "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
             "sources": [source_dict(s) for s in answer.sources], "unsupported": list(answer.unsupported),
+            "part": _part_dict(read, document),
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {}),  # a server's own count
         })
         if args.no_cache:
@@ -164,6 +179,14 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run_from_args
 
     return run_from_args(args, config_from(args))
+
+
+def _part_dict(read, document) -> dict:
+    """The part an answer came from, 1-based and inclusive, in the document as loaded (all of it when whole)."""
+    if read.part is not None:
+        return {"unit": read.part.unit, "first": read.part.first, "last": read.part.last}
+    total = len(document.page_starts) if document.page_starts else len(document.text)
+    return {"unit": "pages" if document.page_starts else "characters", "first": 1, "last": total}
 
 
 def _quote(text: str, limit: int = 160) -> str:

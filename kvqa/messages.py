@@ -100,6 +100,15 @@ CATALOG: dict[str, tuple[str, str]] = {
         "Not even the first {unit_one} of this part fits the model ({limit:,} tokens): choose fewer {unit}, or a "
         "model with a longer context.",
         "这一部分连第一{unit_one}都放不进模型（{limit:,} 个 token）：请少选一些{unit}，或换用上下文更长的模型。"),
+    "notice.parts": (
+        "{name} is longer than this model reads at once: it is cut into {parts} parts, and each question is answered "
+        "from the part that best matches it (read now: {part}). Choose a part to read to keep to it.",
+        "{name} 超出本模型一次能读的长度：已分成 {parts} 个部分，每个问题都从最匹配它的部分回答（当前已读：{part}）。"
+        "选择要读取的部分可固定使用该部分。"),
+    "notice.routed": (
+        "Answering from part {index} of {parts} of {name} ({part}): the part that best matches the question.",
+        "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是与问题最匹配的部分。"),
+    "answer.part": ("From {part}.", "出自{part}。"),
     "notice.chosen": ("Read {part} of {name}, as chosen.", "已按所选读取 {name} 的{part}。"),
     "notice.fits_pages": (
         "Read {part} of {name}: that is what fits this model's context. Choose pages to read another part.",
@@ -452,6 +461,8 @@ CATALOG: dict[str, tuple[str, str]] = {
                           "{rate:,.0f} tokens/s (this model's last read here)",
                           "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token：约 {seconds:.1f} 秒"
                           "（按此模型在本机上次的读取速度 {rate:,.0f} token/秒）"),
+    "progress.reading_part": ("Reading the part of the document that best matches the question",
+                              "正在读取文档中与问题最匹配的部分"),
     "progress.reading_again": ("Reading the document again", "正在重新读取文档"),
     "toast.rebuilt": ("Your document's cache had been freed to make room for other users; it is back ({origin}).",
                       "为给其他用户腾出空间，你的文档缓存曾被释放；现在已恢复（{origin}）。"),

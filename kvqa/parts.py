@@ -8,7 +8,8 @@ Token counts come from counting each page or paragraph once; only the chosen par
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .documents import Document, Part
@@ -16,8 +17,10 @@ from .errors import DocumentError, DocumentTooLong
 from .messages import Message
 from .prompt import system_text
 from .results import PrefilledDocument
+from .sources import scored_evidence
 
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
+ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 
 
@@ -94,11 +97,21 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
     """Prefill the document, or its pages/characters first..last when given; when that does not fit the model's
     context, the longest run of whole pages (or paragraphs) from its start that does. The PrefilledDocument's
     document then carries a Part. Raises DocumentTooLong only when not even one page or paragraph fits."""
+    return prefill_parts(prefill, count_tokens, document, first=first, last=last)[0]
+
+
+def prefill_parts(prefill: Callable[[Document], PrefilledDocument], count_tokens: Callable[[str], int],
+                  document: Document, *, first: int | None = None,
+                  last: int | None = None) -> tuple[PrefilledDocument, list[tuple[int, int, int]]]:
+    """prefill_part(), and the parts first..last is cut into to be read whole, as (first, last, tokens) in the
+    document's unit: consecutive runs of whole pages or paragraphs that each fit the model (counted), neighbours
+    sharing one page or paragraph, the first one the part read now. One part when it all fits."""
     whole = (1, len(document.page_starts) if document.page_starts else len(document.text))
     first, last = first or whole[0], last or whole[1]
     chosen = select(document, first, last)
     try:
-        return prefill(chosen)
+        doc = prefill(chosen)
+        return doc, [(first, last, doc.tokens)]
     except DocumentTooLong as error:
         if error.limit is None:  # the memory budget refused it, not the context: no part is chosen for the user
             raise
@@ -124,26 +137,77 @@ def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens:
             break
         part = select(document, first, spans[take - 1][1])
         try:
-            return prefill(part)
+            doc = prefill(part)
         except DocumentTooLong as error:
             if error.limit is None:
                 raise
             take -= 1
+            continue
+        while len(counts) < len(spans):
+            counts.append(count_tokens(span_text(document, spans[len(counts)])))
+        return doc, [(a, b, tokens + overhead) for a, b, tokens in plan(spans, counts, room, first_take=take)]
     unit = unit_name(document)
     raise DocumentTooLong("part.first_unit_too_long", tokens=too_long.tokens, limit=too_long.limit,
                           unit_one=Message("unit.page" if unit == "pages" else "unit.paragraph"),
                           unit=Message(f"unit.{unit}"))
 
 
-def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None) -> Message | None:
+def plan(spans: list[tuple[int, int]], counts: list[int], room: int, *,
+         first_take: int | None = None) -> list[tuple[int, int, int]]:
+    """Consecutive parts of the units `spans` (with their token `counts`), as (first, last, tokens): each holds as
+    many units as fit in `room` tokens (at least one), and starts with the last unit of the one before (overlap),
+    unless that part held a single unit. The first part holds `first_take` units when given (what was read)."""
+    parts, i = [], 0
+    while i < len(spans):
+        j, used = i, 0
+        limit = first_take if not parts and first_take else len(spans)
+        while j < limit and (j == i or used + counts[j] <= room):
+            used += counts[j]
+            j += 1
+        parts.append((spans[i][0], spans[j - 1][1], used))
+        if j == len(spans):
+            break
+        i = j - 1 if j - 1 > i else j  # the next part starts with this one's last unit
+    return parts
+
+
+def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0) -> int:
+    """The index of the part that holds the document's passages best matching the question: each part scores the
+    BM25 scores of the best ROUTE_PASSAGES passages (as evidence ranks them) that lie in it and score at least half
+    the best one; `current` when it scores as well as any, or nothing matches."""
+    if len(parts) < 2:
+        return 0
+    score = [0.0] * len(parts)
+    found = scored_evidence(document.text, question, limit=ROUTE_PASSAGES)
+    for start, end, points in found:
+        if points < 0.5 * found[0][2]:
+            break
+        unit = _unit_of(document, start)
+        for i, (a, b, _) in enumerate(parts):
+            if a <= unit <= b:  # where the passage starts (a part's first unit is the one before's last)
+                score[i] += points
+    best = max(score)
+    return current if score[current] >= best else score.index(best)
+
+
+def _unit_of(document: Document, offset: int) -> int:
+    """The unit (page, or 1-based character) an offset into the document's text lies on."""
+    return bisect_right(document.page_starts, offset) if document.page_starts else offset + 1
+
+
+def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None,
+           parts: int = 1) -> Message | None:
     """What was read, when it is not the whole document: 'Read pages 1-13 of 36 ...'. asked: the range the user
-    chose, if any (then a part that is all of it is not news beyond naming it)."""
+    chose, if any (then a part that is all of it is not news beyond naming it); parts: how many parts the source
+    was cut into, to be routed to (more than one: questions go to the part that matches them)."""
     part = document.part
     if part is None:
         return None
+    if asked is None and parts > 1:
+        return Message("notice.parts", part=part.name, name=source.name, parts=parts)
     if asked is not None and (part.first, part.last) == tuple(asked):
         return Message("notice.chosen", part=part.name, name=source.name)
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["notice", "parse_range", "prefill_part", "select", "units"]
+__all__ = ["notice", "parse_range", "plan", "prefill_part", "prefill_parts", "route", "select", "units"]

@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .budget import CacheBudget
-from .documents import Document
+from .documents import Document, Part
 from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .messages import Message
-from .parts import notice, prefill_part
+from .parts import notice, prefill_part, prefill_parts, route
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source
@@ -38,6 +38,7 @@ class Turn:
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
+    part: Part | None = None  # the part of a long document the answer came from (None: the document is one part)
 
     @property
     def stopped(self) -> bool:
@@ -61,6 +62,8 @@ class Session:
         self.source: Document | None = None  # the document as loaded: every page or character of it
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
+        self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
+        self.pinned = False  # the user chose the part: questions are not routed to another
         self.prefilled: PrefilledDocument | None = None
         self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk" or "memory" (shared)
         self.ready_s = 0.0  # how long that took this session
@@ -86,12 +89,39 @@ class Session:
             return False
         with self._exclusive():
             first, last = part or (None, None)
-            prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
-                                           document, first=first, last=last)
+            prefilled, parts = prefill_parts(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
+                                             document, first=first, last=last)
             self.source, self.document, self.prefilled, self.fingerprint = document, prefilled.document, prefilled, key
-            self.notice = notice(prefilled.document, document, asked=part)
+            self.parts, self.pinned = parts, part is not None
+            self.notice = notice(prefilled.document, document, asked=part, parts=len(parts))
             self.turns, self._conversation_start = [], 0
         return True
+
+    @property
+    def part_index(self) -> int:
+        """Which of self.parts is read now (0 when the document is one part)."""
+        read = self.document.part if self.document is not None else None
+        if read is None or len(self.parts) < 2:
+            return 0
+        return next((i for i, (a, b, _) in enumerate(self.parts) if (a, b) == (read.first, read.last)), 0)
+
+    def _read_part_for(self, question: str, progress) -> bool:
+        """Route the question to the part of a long document that holds its best-matching passages, reading that
+        part now (or restoring it from the store) when it is not the one read; a pinned part stays. True when
+        another part was read."""
+        if self.pinned or len(self.parts) < 2:
+            return False
+        current = self.part_index
+        target = route(self.source, self.parts, question, current=current)
+        if target == current and self.prefilled is not None:
+            return False
+        first, last, _ = self.parts[target]
+        prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
+                                 self.source, first=first, last=last)
+        self.document, self.prefilled = prefilled.document, prefilled
+        self.notice = Message("notice.routed", part=prefilled.document.part.name, name=self.source.name,
+                              index=target + 1, parts=len(self.parts))
+        return target != current
 
     def new_conversation(self) -> None:
         """Forget the conversation (follow-ups start again from the document alone); the document stays read."""
@@ -108,22 +138,32 @@ class Session:
         return [(t.question, t.answer) for t in self.conversation() if not t.stopped]
 
     def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
-            on_rebuild: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:
+            on_rebuild: Callable[[PrefilledDocument], None] | None = None,
+            on_part: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:
         """Stream the answer from the document's cache and record the turn. If the cache was evicted it is rebuilt
-        first and on_rebuild(prefilled) is called. With baseline=True the question is answered again without the
+        first and on_rebuild(prefilled) is called. A document cut into parts answers from the part that matches the
+        question best (unless one is pinned): when that is not the part read, it is read first (or restored from the
+        store) and on_part(prefilled) is called. With baseline=True the question is answered again without the
         cache afterwards, to measure the real speedup (Turn.baseline). Nothing runs until the stream is iterated;
         closing it early ends the answer and frees the session at once."""
         if self.document is None:
             raise QuestionError("question.no_document")
-        return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild))
+        return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild,
+                                      on_part=on_part))
 
-    def _ask(self, question, *, baseline, progress, on_rebuild) -> Generator[str, None, Answer]:
+    def _ask(self, question, *, baseline, progress, on_rebuild, on_part) -> Generator[str, None, Answer]:
         with self._exclusive():
             self._stop.clear()
-            if self.prefilled is None or (self.budget is not None and not self.budget.touch(self)):
+            evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
+            if evicted:
+                self.prefilled = None
+            switched = self._read_part_for(question, progress)
+            if self.prefilled is None:
                 self.prefilled = self._prefill(self.document, progress=progress)
-                if on_rebuild is not None:
-                    on_rebuild(self.prefilled)
+            if switched and on_part is not None:
+                on_part(self.prefilled)
+            elif evicted and on_rebuild is not None:
+                on_rebuild(self.prefilled)
             history = self.history()
             keep = self.engine.remembered(self.prefilled, history, question) if history else 0
             history = history[len(history) - keep:]  # the latest turns that fit in the room kept for a question
@@ -138,7 +178,8 @@ class Session:
                                                             history=history).answer.timings
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
                                    stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
-                                   unsupported=result.unsupported))
+                                   unsupported=result.unsupported,
+                                   part=self.document.part))
             return result
 
     def stop(self) -> None:

@@ -120,8 +120,14 @@ def _scores(index: _Index, query: str) -> np.ndarray:
 def evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int]]:
     """(start, end) of the `limit` passages that best match the question, best first, leading space and page markers
     trimmed; fewer (or none) when fewer share a word with it."""
+    return [(start, end) for start, end, _ in scored_evidence(text, question, limit=limit)]
+
+
+def scored_evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int, float]]:
+    """evidence(), with each passage's BM25 score."""
     index = _index(text)
-    return [_trim(text, *index.spans[i]) for i in _ranked(_scores(index, question))[:limit]]
+    scores = _scores(index, question)
+    return [(*_trim(text, *index.spans[i]), float(scores[i])) for i in _ranked(scores)[:limit]]
 
 
 def quotes(text: str, question: str, n: int) -> list[str]:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator, Sequence
 
 from kvqa.documents import Document
 from kvqa.engines.base import EngineInfo
+from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.timing import Timings
@@ -15,10 +16,16 @@ BYTES_PER_TOKEN = 1024
 
 
 class FakeEngine:
-    kind = "fake"
+    """context_tokens: the most prefix tokens (words + OVERHEAD) it reads; a longer document is refused as the real
+    engines refuse it (DocumentTooLong with tokens and limit), so documents can be cut into parts."""
 
-    def __init__(self):
+    kind = "fake"
+    OVERHEAD = 10  # the prompt around the document, in tokens
+
+    def __init__(self, context_tokens: int = 8192):
         self.prefills = 0
+        self.context_tokens = context_tokens
+        self.read: list[Document] = []  # every document (or part) read, in order
 
     def load(self) -> EngineInfo:
         return self.info
@@ -26,7 +33,7 @@ class FakeEngine:
     @property
     def info(self) -> EngineInfo:
         return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32", attention="none",
-                          context_tokens=8192, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
+                          context_tokens=self.context_tokens, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
                           guarantee=Message("promise.float32"))
 
     def count_tokens(self, text: str) -> int:
@@ -35,6 +42,11 @@ class FakeEngine:
     def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
                 admit: Callable[[int], None] | None = None) -> PrefilledDocument:
         tokens = self.count_tokens(document.text)
+        if tokens + self.OVERHEAD > self.context_tokens:
+            over = tokens + self.OVERHEAD - self.context_tokens
+            raise DocumentTooLong("too_long.tokens", tokens=tokens + self.OVERHEAD, limit=self.context_tokens,
+                                  context=self.context_tokens, reserve=0, over=over)
+        self.read.append(document)
         if admit is not None:
             admit(BYTES_PER_TOKEN * tokens)
         self.prefills += 1

@@ -32,7 +32,8 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert cached.returncode == 0, cached.stderr
     result = json.loads(cached.stdout)  # exactly one JSON object on stdout
     assert set(result) == {"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "context_tokens",
-                           "prefill_s", "read_s", "cache_bytes", "cache_source", "answers"}
+                           "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
+    assert result["parts"] == [{"unit": "characters", "first": 1, "last": len(DOC), "tokens": result["context_tokens"]}]
     assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20
     assert result["engine"] == "local" and result["dtype"] == "float32" and result["exact_vs_recompute"] is True
     assert result["prefill_s"] > 0 and result["cache_bytes"] > 0 and result["cache_source"] == "prefill"
@@ -40,7 +41,8 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
-                          "sources", "unsupported"}
+                          "sources", "unsupported", "part"}
+        assert a["part"] == {"unit": "characters", "first": 1, "last": len(DOC)}
         assert isinstance(a["unsupported"], list)
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
     assert "pelican" in result["answers"][0]["answer"].lower()

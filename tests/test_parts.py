@@ -46,7 +46,17 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
     assert session.prefilled.tokens <= 1000 - CONFIG.reserve_tokens
     assert f"code word for page {part.last} is" in session.document.text
     assert f"code word for page {part.last + 1} is" not in session.document.text
-    assert session.notice.startswith(f"Read pages 1-{part.last} of 10 of long.pdf") and "another part" in session.notice
+    assert session.notice.startswith("long.pdf is longer than this model reads at once: it is cut into")
+    assert f"read now: pages 1-{part.last} of 10" in session.notice
+    parts = session.parts
+    assert parts[0][:2] == (1, part.last) and parts[-1][1] == 10 and len(parts) >= 2
+    assert all(b1 == a2 for (_, b1, _), (a2, _, _) in zip(parts, parts[1:]))  # neighbours share a page
+    routed = Session(small)
+    routed.load(long_pdf)
+    answer = routed.ask("What is the code word for page 10?").answer  # no part chosen: the question finds it
+    assert "code word for page 10 is" in routed.document.text and routed.turns[-1].part.last == 10
+    assert answer.timings.new_tokens > 0 and routed.prefilled.cache.length == routed.prefilled.tokens
+    assert all(s.page >= routed.document.part.first for s in answer.sources)  # pages of the whole PDF
     with pytest.raises(kvqa.DocumentTooLong):  # the longest run that fits: one more page would not
         small.prefill(select(long_pdf, 1, part.last + 1))
     first_part = part
@@ -81,7 +91,7 @@ def test_a_long_text_is_cut_at_a_paragraph_and_a_far_too_long_one_is_read_too(sm
     part = session.document.part
     assert part.unit == "characters" and part.first == 1 and part.last < len(text)
     assert text[part.last - 2: part.last] == "\n\n"  # whole paragraphs
-    assert session.notice.startswith(f"Read characters 1-{part.last:,} of {len(text):,}")
+    assert f"read now: characters 1-{part.last:,} of {len(text):,}" in session.notice
 
     huge = kvqa.document_from_text(FILLER * 400)  # over 32 characters per token of context: refused unread before
     session.load(huge)
@@ -233,3 +243,22 @@ def test_when_no_file_can_be_read_the_error_names_each():
         combine([], problems=["a.pdf: damaged", "b.txt: binary"])
     with pytest.raises(kvqa.DocumentError, match="^a.pdf: damaged$"):
         combine([], problems=["a.pdf: damaged"])
+
+
+def test_cli_routes_each_question_to_its_part_and_says_so_in_json(small, long_pdf, tmp_path, capsys, monkeypatch):
+    import kvqa.engines
+
+    monkeypatch.setattr(kvqa.engines, "make_engine", lambda *a, **k: small)  # the 1,000-token context
+    path = tmp_path / "long.pdf"
+    path.write_bytes(make_pdf([page_text(n) for n in range(1, 11)]))
+    assert main(["ask", str(path), "--no-store", "--json", "--max-new-tokens", "4",
+                 "-q", "What is the code word for page 10?", "-q", "What is the code word for page 1?"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    parts = result["parts"]
+    assert parts[0]["first"] == 1 and parts[-1]["last"] == 10 and all(p["unit"] == "pages" for p in parts)
+    assert all(0 < p["tokens"] <= 1000 - CONFIG.reserve_tokens for p in parts)
+    first, second = (a["part"] for a in result["answers"])
+    assert first["unit"] == "pages" and first["first"] <= 10 == first["last"]  # the part holding page 10
+    assert second["first"] == 1  # and back to the one holding page 1
+    assert "Answering from part" in err and "cut into" in err

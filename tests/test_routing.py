@@ -1,0 +1,112 @@
+"""Documents longer than the model reads are cut into parts, and each question is answered from the part that holds
+its best-matching passages (the fake engine reads at most `context_tokens` words; no model is loaded)."""
+
+from __future__ import annotations
+
+import pytest
+from fakes import FakeEngine
+
+import app as app_module
+from kvqa.budget import CacheBudget
+from kvqa.config import Config
+from kvqa.documents import Document, document_from_text
+from kvqa.messages import render
+from kvqa.parts import plan, route
+from kvqa.session import Session
+
+TOPICS = ["lighthouse keeper pelican", "ferry timetable harbour", "orchard apples pears", "railway viaduct granite",
+          "museum tapestry weavers", "glacier meltwater valley", "bakery sourdough ovens", "observatory telescope comet"]
+
+
+def paragraph(n: int) -> str:
+    return f"Section {n} is about the {TOPICS[n]}. " + " ".join(f"filler{n}w{i}" for i in range(40))
+
+
+TEXT = "\n\n".join(paragraph(n) for n in range(len(TOPICS)))  # 8 paragraphs of about 48 words
+
+
+def loaded(context_tokens: int = 120, text: str = TEXT) -> tuple[FakeEngine, Session]:
+    engine = FakeEngine(context_tokens=context_tokens)
+    session = Session(engine)
+    session.load(document_from_text(text, name="long.txt"))
+    return engine, session
+
+
+def test_a_long_document_is_cut_into_overlapping_parts_that_each_fit():
+    engine, session = loaded()
+    parts = session.parts
+    assert len(parts) > 2 and parts[0][0] == 1 and parts[-1][1] == len(TEXT)
+    assert (parts[0][0], parts[0][1]) == (session.document.part.first, session.document.part.last)  # read first
+    for (a1, b1, t1), (a2, b2, t2) in zip(parts, parts[1:]):
+        assert a1 < a2 <= b1 < b2  # consecutive, each starting inside the one before: one paragraph shared
+        assert TEXT[a2 - 1: b1].count("Section") == 1  # exactly that paragraph
+    assert all(tokens <= engine.context_tokens for _, _, tokens in parts)
+    assert "cut into" in str(session.notice) and "read now: characters 1-" in str(session.notice)
+
+
+def test_each_question_is_answered_from_the_part_that_holds_it():
+    engine, session = loaded()
+    for n in [6, 1, 7, 3]:
+        session.ask(f"What is said about the {TOPICS[n].split()[1]}?").answer  # noqa: B018 - runs the answer
+        turn = session.turns[-1]
+        assert turn.part is not None and f"Section {n} is about" in session.document.text
+        assert (turn.part.first, turn.part.last) == (session.document.part.first, session.document.part.last)
+        assert engine.read[-1].text == session.document.text  # the part read is the one the answer came from
+    assert "Answering from part" in str(session.notice)
+    reads = len(engine.read)
+    session.ask(f"And the {TOPICS[3].split()[2]}?").answer  # noqa: B018 - the part read already holds it
+    assert len(engine.read) == reads
+
+
+def test_a_pinned_part_and_a_document_that_fits_are_never_routed():
+    engine, session = loaded()
+    session.load(session.source, part=(1, 200))
+    session.ask(f"What about the {TOPICS[7].split()[1]}?").answer  # noqa: B018
+    assert session.document.part.last == 200 and session.turns[-1].part is not None
+    engine, session = loaded(context_tokens=10_000)
+    assert len(session.parts) == 1 and session.notice is None
+    session.ask("What about the comet?").answer  # noqa: B018
+    assert session.turns[-1].part is None and len(engine.read) == 1
+
+
+def test_pages_are_routed_in_chinese_too():
+    pages = ["第一页讲的是灯塔和鹈鹕。" + "填充" * 40, "第二页讲的是渡轮时刻表。" + "填充" * 40,
+             "第三页讲的是果园里的苹果和梨。" + "填充" * 40, "第四页讲的是火车高架桥。" + "填充" * 40]
+    text, starts = "", []
+    for n, page in enumerate(pages, start=1):
+        starts.append(len(text))
+        text += f"[Page {n}]\n{page}\n\n"
+    source = Document(name="长文.pdf", text=text, pages=len(pages), page_starts=tuple(starts))
+    engine = FakeEngine(context_tokens=15)  # 4 pages of 2 "tokens" and 10 of prompt do not fit; 2 pages a part do
+    engine.count_tokens = lambda t: 2 * t.count("[Page")
+    session = Session(engine)
+    session.load(source)
+    assert session.parts == [(1, 2, 14), (2, 3, 14), (3, 4, 14)]
+    session.ask("果园里有什么水果？").answer  # noqa: B018
+    part = session.turns[-1].part
+    assert "苹果" in session.document.text and (part.unit, part.first, part.last) == ("pages", 2, 3)
+    session.ask("火车高架桥在哪里？").answer  # noqa: B018
+    assert session.document.part.last == 4 and "第 3-4 页" in render(session.notice, "zh")
+
+
+def test_plan_and_route_on_their_own():
+    spans = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 5)]
+    assert plan(spans, [5, 5, 5, 5, 5], 10) == [(1, 2, 10), (2, 3, 10), (3, 4, 10), (4, 5, 10)]
+    assert plan(spans, [20, 5, 5, 5, 5], 10) == [(1, 1, 20), (2, 3, 10), (3, 4, 10), (4, 5, 10)]  # one alone
+    assert plan(spans, [5] * 5, 100) == [(1, 5, 25)]
+    assert plan(spans, [5] * 5, 100, first_take=2)[0] == (1, 2, 10)
+    document = document_from_text(TEXT)
+    parts = [(1, 400, 0), (300, len(TEXT), 0)]
+    assert route(document, parts, "Which comet did the telescope see?") == 1
+    assert route(document, parts, "Tell me about the lighthouse keeper.") == 0
+    assert route(document, parts, "nothing matches zzz", current=1) == 1
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_app_says_which_part_an_answer_came_from(lang):
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    session.ask("What about the comet and the telescope?").answer  # noqa: B018
+    last = app_module.chat_messages(session, lang)[-1]["content"]
+    part = session.turns[-1].part
+    assert (f"From characters {part.first:,}-{part.last:,}" if lang == "en" else f"出自第 {part.first:,}-") in last
