@@ -1,0 +1,105 @@
+"""How often a question is routed to the part of a long document that holds its answer.
+
+Long documents are built from a public set in SQuAD's JSON layout (consecutive articles, each under its title,
+until a document has --min-tokens); each is cut into parts as kvqa cuts it for the model's context
+(kvqa.parts.units/plan with the default model's tokenizer), and every question whose gold answer lies in the
+document is routed with kvqa.parts.route. A question is routed right when the chosen part holds the gold answer's
+position. No model runs: only the tokenizer.
+
+    .venv/bin/python scripts/routing.py --squad 200423_covidQA.json --lang en
+    .venv/bin/python scripts/routing.py --squad cmrc2018_trial.json --lang zh --min-tokens 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kvqa.config import Config  # noqa: E402
+from kvqa.documents import document_from_text  # noqa: E402
+from kvqa.parts import plan, route, span_text, units  # noqa: E402
+from kvqa.prompt import system_text  # noqa: E402
+
+
+def long_documents(path: Path, count, min_tokens: int,
+                   max_docs: int) -> list[tuple[str, list[tuple[str, int, str]]]]:
+    """(text, [(question, gold offset, gold), ...]) for documents of consecutive articles of at least min_tokens."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    docs, parts, asked, offset, tokens = [], [], [], 0, 0
+    for article in data:
+        head = f"## {article.get('title', '')}\n\n"
+        offset += len(head)
+        body = []
+        for para in article["paragraphs"]:
+            context = para["context"].strip("\n")
+            for qa in para["qas"]:
+                answers = [a for a in qa.get("answers", []) if a["text"].strip()]
+                if answers and qa["question"].strip():
+                    at = context.find(answers[0]["text"])
+                    if at >= 0:
+                        asked.append((qa["question"].strip(), offset + at, answers[0]["text"]))
+            body.append(context)
+            offset += len(context) + 2
+        text = head + "\n\n".join(body)
+        parts.append(text)
+        tokens += count(text)
+        offset = sum(len(p) + 2 for p in parts)
+        if tokens >= min_tokens:
+            docs.append(("\n\n".join(parts), asked))
+            parts, asked, offset, tokens = [], [], 0, 0
+            if len(docs) == max_docs:
+                break
+    return docs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--squad", type=Path, required=True, help="a public set in SQuAD's JSON layout")
+    parser.add_argument("--lang", default="en", help="its language (a label for the report)")
+    parser.add_argument("--min-tokens", type=int, default=20_000, help="a long document's least tokens")
+    parser.add_argument("--docs", type=int, default=5, help="how many long documents")
+    parser.add_argument("--context", type=int, default=8192, help="the model's context in tokens")
+    parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the default model's)")
+    args = parser.parse_args(argv)
+
+    from transformers import AutoTokenizer
+
+    from kvqa.model import DEFAULT_MODEL
+
+    config = Config()
+    folder = args.tokenizer or Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"  # made by `make setup`
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    room = args.context - config.reserve_tokens - count(system_text("")) - 32
+    rows = []
+    for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs), start=1):
+        document = document_from_text(text, name=f"{args.squad.stem}-long-{n}")
+        assert document.text == text, "the document's text must keep the gold offsets"
+        assert all(text[at: at + len(gold)] == gold for _, at, gold in asked)
+        spans = units(document, 1, len(text))
+        parts = plan(spans, [count(span_text(document, s)) for s in spans], room)
+        right = 0
+        for question, at, _ in asked:
+            first, last, _ = parts[route(document, parts, question)]
+            right += first <= at + 1 <= last
+        rows.append({"doc": document.name, "tokens": count(text), "parts": len(parts), "questions": len(asked),
+                     "routed_right": right})
+        print(f"{document.name}: {rows[-1]['tokens']:,} tokens, {len(parts)} parts, "
+              f"{right}/{len(asked)} questions routed to the part holding the answer", flush=True)
+    total = sum(r["questions"] for r in rows)
+    right = sum(r["routed_right"] for r in rows)
+    print(f"{args.lang}: {len(rows)} documents of {statistics.median(r['tokens'] for r in rows):,.0f} tokens (median), "
+          f"{right}/{total} = {right / max(total, 1):.1%} routed right")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
