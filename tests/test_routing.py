@@ -4,9 +4,9 @@ its best-matching passages (the fake engine reads at most `context_tokens` words
 from __future__ import annotations
 
 import pytest
-from fakes import FakeEngine
 
 import app as app_module
+from fakes import FakeEngine
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents import Document, document_from_text
@@ -15,7 +15,8 @@ from kvqa.parts import plan, route
 from kvqa.session import Session
 
 TOPICS = ["lighthouse keeper pelican", "ferry timetable harbour", "orchard apples pears", "railway viaduct granite",
-          "museum tapestry weavers", "glacier meltwater valley", "bakery sourdough ovens", "observatory telescope comet"]
+          "museum tapestry weavers", "glacier meltwater valley", "bakery sourdough ovens",
+          "observatory telescope comet"]
 
 
 def paragraph(n: int) -> str:
