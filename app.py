@@ -14,6 +14,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import threading
 import weakref
 from dataclasses import replace
@@ -26,6 +27,7 @@ from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config, config_from_env
 from kvqa.documents import Document, combine, load_documents
 from kvqa.engines import Engine, make_engine
+from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.parts import parse_range, select, unit_name
 from kvqa.presets import offered
@@ -531,6 +533,27 @@ class KvqaApp:
         except KvqaError as e:
             raise gr.Error(str(e), print_exception=False) from None
 
+    def on_export(self, session, lang="en"):
+        """UI: the session as a Markdown and a JSON file to download (document, parts, every question with its
+        answer, sources, flags and timings)."""
+        if session is None or session.source is None or not session.turns:
+            return warn(KvqaError("export.nothing"), lang)
+        conversation = session_dict(session)
+        folder = Path(tempfile.mkdtemp(prefix="kvqa-export-"))
+        stem = re.sub(r"[^\w.-]+", "_", Path(session.source.name).stem)[:60] or "document"
+        md, js = folder / f"{stem}-conversation.md", folder / f"{stem}-conversation.json"
+        md.write_text(to_markdown(conversation), encoding="utf-8")
+        js.write_text(to_json(conversation), encoding="utf-8")
+        return {self.exported: gr.update(value=[str(md), str(js)], visible=True)}
+
+    @staticmethod
+    def api_export(session=None) -> dict:
+        """API: this client's document, parts and every question so far with its answer, sources, flags and
+        timings: the structure of `kvqa ask --json`."""
+        if session is None or session.source is None:
+            raise gr.Error(Message("question.no_answer_api"), print_exception=False)
+        return session_dict(session)
+
     @staticmethod
     def api_sources(session=None) -> list[dict]:
         """API: the passages of the document the last answer relies on, best first: page (PDFs), start and end
@@ -597,6 +620,10 @@ class KvqaApp:
                         new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
                                             elem_id="new-conversation")
                     baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
+                    with gr.Row():
+                        export_btn = localized(gr.Button, {"value": "ui.export"}, size="sm", elem_id="export")
+                    self.exported = localized(gr.File, {"label": "ui.exported"}, file_count="multiple",
+                                              interactive=False, visible=False, elem_id="exported")
             with localized(gr.Accordion, {"label": "ui.latency"}, open=True):
                 self.summary = gr.Markdown(elem_id="latency-summary")
                 self.table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
@@ -618,6 +645,7 @@ class KvqaApp:
             new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat], queue=False,
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
+            export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")
             everything = shown + [self.part, self.promise_box, *self._fixed]
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
             lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")
@@ -632,13 +660,14 @@ class KvqaApp:
                 self.api_status, self.api_answer = gr.Textbox(), gr.Textbox()
                 api_sources, api_unsupported = gr.JSON(), gr.JSON()
                 api_prefill_btn, api_ask_btn, api_sources_btn = gr.Button(), gr.Button(), gr.Button()
-                api_unsupported_btn = gr.Button()
+                api_unsupported_btn, api_export_btn, api_export = gr.Button(), gr.Button(), gr.JSON()
             api_prefill_btn.click(self.api_prefill, [api_file, api_text, api_part, self.state],
                                   [self.api_status, self.state], api_name="prefill")
             api_ask_btn.click(self.api_ask, [api_question, api_remember, self.state], [self.api_answer, self.state],
                               api_name="ask")
             api_sources_btn.click(self.api_sources, [self.state], [api_sources], api_name="sources")
             api_unsupported_btn.click(self.api_unsupported, [self.state], [api_unsupported], api_name="unsupported")
+            api_export_btn.click(self.api_export, [self.state], [api_export], api_name="export")
         return demo
 
 

@@ -48,9 +48,9 @@ def config_from(args: argparse.Namespace) -> Config:
 def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
     from .engines import make_engine
+    from .export import FORMAT, answer_dict, document_dict, part_dict
     from .messages import Message
     from .parts import notice, parse_range, prefill_part, prefill_parts, route, select
-    from .sources import source_dict
     from .store import store_for
 
     config = config_from(args)
@@ -83,13 +83,14 @@ def _ask(args: argparse.Namespace) -> int:
     engine = make_engine(config, store=store)
     info = engine.load()
     say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
-    result = {"model": info.model, "engine": info.kind, "dtype": info.dtype,
+    result = {"format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
               "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
+              "document": document_dict(document),
               "context_tokens": 0, "prefill_s": 0.0, "read_s": None, "cache_bytes": 0, "cache_source": None,
               "answers": []}
     if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
         read = select(document, *part) if part else document
-        result["parts"] = [_part_dict(read, document) | {"tokens": None}]  # counted by each question's prompt
+        result["parts"] = [part_dict(read.part, document) | {"tokens": None}]  # counted by each question's prompt
     else:
         progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
         doc, parts = prefill_parts(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
@@ -141,13 +142,9 @@ def _ask(args: argparse.Namespace) -> int:
                     print(piece, end="", flush=True)
             answer = pieces.answer
         t = answer.timings
-        result["answers"].append({
-            "question": q, "answer": answer.text, "question_tokens": t.question_tokens,
-            "new_tokens": t.new_tokens, "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": answer.stop_reason,
-            "sources": [source_dict(s) for s in answer.sources], "unsupported": list(answer.unsupported),
-            "part": _part_dict(read, document),
-            **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {}),  # a server's own count
-        })
+        result["answers"].append(answer_dict(q, answer.text, t, stop_reason=answer.stop_reason,
+                                             sources=answer.sources, unsupported=answer.unsupported,
+                                             part=part_dict(read.part, document)))
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
         if not args.json:
@@ -179,14 +176,6 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run_from_args
 
     return run_from_args(args, config_from(args))
-
-
-def _part_dict(read, document) -> dict:
-    """The part an answer came from, 1-based and inclusive, in the document as loaded (all of it when whole)."""
-    if read.part is not None:
-        return {"unit": read.part.unit, "first": read.part.first, "last": read.part.last}
-    total = len(document.page_starts) if document.page_starts else len(document.text)
-    return {"unit": "pages" if document.page_starts else "characters", "first": 1, "last": total}
 
 
 def _quote(text: str, limit: int = 160) -> str:

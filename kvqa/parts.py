@@ -8,7 +8,6 @@ Token counts come from counting each page or paragraph once; only the chosen par
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -17,10 +16,11 @@ from .errors import DocumentError, DocumentTooLong
 from .messages import Message
 from .prompt import system_text
 from .results import PrefilledDocument
-from .sources import scored_evidence
+from .sources import best_sentence, scored_evidence
 
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
+ROUTE_THRESHOLD = 0.5  # ... of those scoring at least this share of the best
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 
 
@@ -172,27 +172,31 @@ def plan(spans: list[tuple[int, int]], counts: list[int], room: int, *,
 
 
 def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0) -> int:
-    """The index of the part that holds the document's passages best matching the question: each part scores the
-    BM25 scores of the best ROUTE_PASSAGES passages (as evidence ranks them) that lie in it and score at least half
-    the best one; `current` when it scores as well as any, or nothing matches."""
+    """The index of the part that holds the document's passages best matching the question: each of the best
+    ROUTE_PASSAGES passages (as evidence ranks them) scoring at least half the best one adds its BM25 score to each
+    part, times the share of its best-matching sentence inside that part (a passage may run over a paragraph that
+    two parts share); `current` when it scores as well as any, or nothing matches."""
     if len(parts) < 2:
         return 0
+    spans = [_offsets(document, a, b) for a, b, _ in parts]
     score = [0.0] * len(parts)
     found = scored_evidence(document.text, question, limit=ROUTE_PASSAGES)
     for start, end, points in found:
-        if points < 0.5 * found[0][2]:
+        if points < ROUTE_THRESHOLD * found[0][2]:
             break
-        unit = _unit_of(document, start)
-        for i, (a, b, _) in enumerate(parts):
-            if a <= unit <= b:  # where the passage starts (a part's first unit is the one before's last)
-                score[i] += points
+        start, end = best_sentence(document.text, start, end, question) or (start, end)
+        for i, (a, b) in enumerate(spans):
+            score[i] += points * max(0, min(end, b) - max(start, a)) / max(end - start, 1)
     best = max(score)
-    return current if score[current] >= best else score.index(best)
+    return current if score[current] >= best - 1e-9 else score.index(best)
 
 
-def _unit_of(document: Document, offset: int) -> int:
-    """The unit (page, or 1-based character) an offset into the document's text lies on."""
-    return bisect_right(document.page_starts, offset) if document.page_starts else offset + 1
+def _offsets(document: Document, first: int, last: int) -> tuple[int, int]:
+    """[start, end) in the document's text of its units first..last (pages, or 1-based characters)."""
+    if not document.page_starts:
+        return first - 1, last
+    starts = document.page_starts
+    return starts[first - 1], starts[last] if last < len(starts) else len(document.text)
 
 
 def notice(document: Document, source: Document, *, asked: tuple[int, int] | None = None,

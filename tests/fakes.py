@@ -10,6 +10,7 @@ from kvqa.engines.base import EngineInfo
 from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
+from kvqa.sources import find_sources
 from kvqa.timing import Timings
 
 BYTES_PER_TOKEN = 1024
@@ -56,24 +57,26 @@ class FakeEngine:
                                  cache_bytes=BYTES_PER_TOKEN * tokens, prefill_s=0.01, model_name="fake",
                                  max_question_tokens=512, max_new_tokens=64, token_count=tokens)
 
-    def _answer(self, question: str, used_cache: bool) -> Generator[str, None, Answer]:
+    def _answer(self, question: str, used_cache: bool, document: Document) -> Generator[str, None, Answer]:
         words = question.split()[:3]
         for word in words:
             yield word + " "
         timings = Timings(question_tokens=len(question.split()), new_tokens=len(words), ttft_s=0.001,
                           answer_s=0.002)
-        return Answer(question=question, text=" ".join(words) + " ", token_ids=tuple(range(len(words))),
-                      timings=timings, stop_reason="eos", used_cache=used_cache)
+        text = " ".join(words) + " "
+        sources = find_sources(document.text, text, question, pages=bool(document.page_starts))  # the real ranking
+        return Answer(question=question, text=text, token_ids=tuple(range(len(words))), timings=timings,
+                      stop_reason="eos", used_cache=used_cache, sources=tuple(sources))
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None,
                history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return AnswerStream(self._answer(question, True))
+        return AnswerStream(self._answer(question, True, doc.document))
 
     def stream_without_cache(self, document: Document, question: str, *, prompt=None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return AnswerStream(self._answer(question, False))
+        return AnswerStream(self._answer(question, False, document))
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         return len(history)

@@ -1,0 +1,103 @@
+"""A conversation to keep: one JSON structure for `kvqa ask --json`, the app's download and the API's /export, and
+the same as Markdown for people.
+
+{"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "document": {"name", "pages", "chars"},
+ "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts": [{"unit", "first", "last",
+ "tokens"}], "answers": [{"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s",
+ "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"}}]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from .documents import Document, Part
+from .sources import Source, source_dict
+from .timing import Timings
+
+FORMAT = "kvqa-conversation-1"
+
+
+def part_dict(part: Part | None, document: Document) -> dict:
+    """The part an answer came from, 1-based and inclusive, in the document as loaded (all of it when whole)."""
+    if part is not None:
+        return {"unit": part.unit, "first": part.first, "last": part.last}
+    total = len(document.page_starts) if document.page_starts else len(document.text)
+    return {"unit": "pages" if document.page_starts else "characters", "first": 1, "last": total}
+
+
+def document_dict(document: Document) -> dict:
+    return {"name": document.name, "pages": len(document.page_starts) or None, "chars": len(document.text)}
+
+
+def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
+                unsupported: Sequence[str], part: dict) -> dict:
+    """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
+    t = timings
+    return {"question": question, "answer": text, "question_tokens": t.question_tokens, "new_tokens": t.new_tokens,
+            "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
+            "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported), "part": part,
+            **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
+
+
+def session_dict(session) -> dict:
+    """A Session's document, parts and every question so far, as JSON (kvqa.session.Session)."""
+    info, doc, source = session.engine.info, session.prefilled, session.source
+    unit = "pages" if source.page_starts else "characters"
+    return {
+        "format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
+        "exact_vs_recompute": info.exact_vs_recompute, "guarantee": str(info.guarantee),
+        "document": document_dict(source),
+        "context_tokens": doc.tokens if doc else 0, "prefill_s": doc.prefill_s if doc else 0.0,
+        "read_s": doc.first_read_s if doc else None, "cache_bytes": doc.cache_bytes if doc else 0,
+        "cache_source": session.cache_source,
+        "parts": [{"unit": unit, "first": a, "last": b, "tokens": tokens} for a, b, tokens in session.parts],
+        "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
+                                unsupported=t.unsupported, part=part_dict(t.part, source)) for t in session.turns],
+    }
+
+
+def to_json(conversation: dict) -> str:
+    return json.dumps(conversation, ensure_ascii=False, indent=1)
+
+
+def from_json(text: str) -> dict:
+    """A conversation written by to_json (or `kvqa ask --json`); raises ValueError when it is not one."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("answers"), list) or "model" not in data:
+        raise ValueError("not a kvqa conversation")
+    return data
+
+
+def to_markdown(conversation: dict) -> str:
+    """The conversation for people: the document, then each question with its answer, flags, part, sources and
+    timings."""
+    document = conversation.get("document") or {}
+    pages = f", {document['pages']} pages" if document.get("pages") else ""
+    lines = [f"# {document.get('name', 'Document')}", "",
+             f"{document.get('chars', 0):,} characters{pages}; model {conversation['model']} "
+             f"({conversation['engine']}, {conversation['dtype']}). {conversation.get('guarantee', '')}".rstrip(), ""]
+    parts = conversation.get("parts") or []
+    if len(parts) > 1:
+        lines += [f"Read in {len(parts)} parts: " + "; ".join(
+            f"{p['unit']} {p['first']:,}-{p['last']:,}" for p in parts) + ".", ""]
+    for n, a in enumerate(conversation["answers"], start=1):
+        lines += [f"## {n}. {a['question']}", "", a["answer"].strip() or "(no answer)", ""]
+        flags = []
+        if a.get("stop_reason") in ("stopped", "repeating", "length"):
+            flags.append({"stopped": "stopped by the user", "repeating": "stopped: it was repeating itself",
+                          "length": "stopped at the token limit"}[a["stop_reason"]])
+        if a.get("unsupported"):
+            flags.append("not found in the document: " + ", ".join(a["unsupported"]))
+        part = a.get("part")
+        if len(parts) > 1 and part:
+            flags.append(f"from {part['unit']} {part['first']:,}-{part['last']:,}")
+        lines += [f"*{'; '.join(flags)}*", ""] if flags else []
+        for s in a.get("sources", []):
+            where = f"page {s['page']}" if s.get("page") else f"characters {s['start'] + 1:,}-{s['end']:,}"
+            quoted = " ".join(s["text"].split())
+            lines += [f"> {quoted}", f"> — {where}", ""]
+        lines += [f"<sub>first token {a['ttft_s']:.2f} s · total {a['answer_s']:.2f} s · {a['new_tokens']} tokens · "
+                  f"{a['question_tokens']} question tokens</sub>", ""]
+    return "\n".join(lines).rstrip() + "\n"
