@@ -29,6 +29,7 @@ from kvqa.documents import Document, combine, load_documents
 from kvqa.engines import Engine, make_engine
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
+from kvqa.pages import render_page, text_context
 from kvqa.parts import parse_range, select, unit_name
 from kvqa.presets import offered
 from kvqa.session import Session, cache_origin, speedup
@@ -199,6 +200,17 @@ def chinese_font() -> str | None:
     return next((name for name in CJK_FONTS if name in known), None)
 
 
+def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[str, str]]:
+    """(label, "turn:source") for every source of the current conversation's answers, oldest first."""
+    choices = []
+    for t, turn in enumerate(session.conversation() if session else []):
+        for n, source in enumerate(turn.sources):
+            where = (say("answer.page", lang, page=source.page) if source.page is not None else
+                     say("answer.characters", lang, start=source.start + 1, end=source.end))
+            choices.append((f"Q{t + 1} · {n + 1}. {where} · {turn.question[:40]}", f"{t}:{n}"))
+    return choices
+
+
 def warn(error: KvqaError, lang: str = "en") -> dict:
     """Show the error's message as a warning and change nothing on screen (gr.Error would mark every output)."""
     gr.Warning(render(error.message, lang))
@@ -246,6 +258,7 @@ class KvqaApp:
         self._fixed: dict[gr.components.Component, dict[str, str]] = {}  # component -> {property: message id}
         self.read_rates: dict[str, float] = {}  # model -> tokens/s of its latest read here, for the next estimate
         self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
+        self.pdfs: weakref.WeakKeyDictionary[Session, bytes] = weakref.WeakKeyDictionary()  # a PDF's own bytes
 
     @property
     def budget(self) -> CacheBudget:
@@ -333,7 +346,42 @@ class KvqaApp:
         """Everything that shows the session, by component."""
         return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
                 self.chat: chat_messages(session, lang), self.summary: latency_summary(session, lang),
-                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)}
+                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)} | self.evidence(
+                    session, None, lang)
+
+    def evidence(self, session: Session | None, pick: str | None, lang: str = "en") -> dict:
+        """The evidence viewer: every source of the conversation's answers to choose from, and the chosen one (by
+        default the latest answer's first) on its PDF page, highlighted, or in its surrounding text."""
+        choices = evidence_choices(session, lang)
+        if not choices:
+            return {self.evidence_pick: gr.update(choices=[], value=None), self.evidence_page: gr.update(
+                value=None, visible=False), self.evidence_text: say("evidence.none", lang)}
+        values = [v for _, v in choices]
+        pick = pick if pick in values else next((v for _, v in choices if v.endswith(":0") and
+                                                 v.startswith(f"{len(session.conversation()) - 1}:")), values[-1])
+        t, n = (int(x) for x in pick.split(":"))
+        turn = session.conversation()[t]
+        source = turn.sources[n]
+        page, note = None, ""
+        pdf = self.pdfs.get(session)
+        if pdf is not None and source.page is not None:
+            try:
+                shown = render_page(pdf, source.page, source.text, source.marked)
+                page = shown.image
+                note = say("evidence.page" if shown.highlighted else "evidence.page_not_found", lang,
+                           page=source.page, seconds=shown.seconds)
+            except ValueError as e:
+                note = say("evidence.no_render", lang, page=source.page, why=str(e))
+        read = select(session.source, turn.part.first, turn.part.last) if turn.part else session.source
+        context = text_context(read.text, source.start, source.end, source.mark)  # offsets into what was read
+        return {self.evidence_pick: gr.update(choices=choices, value=pick),
+                self.evidence_page: gr.update(value=page, visible=page is not None),
+                self.evidence_text: (f"<p class='kvqa-evidence-note'>{html.escape(note)}</p>" if note else "")
+                + context}
+
+    def on_evidence(self, pick, session, lang="en") -> dict:
+        """UI: show another source in the evidence viewer."""
+        return self.evidence(session, pick, lang)
 
     def relabel(self, lang: str) -> dict:
         """The page's fixed texts in `lang`, by component."""
@@ -410,12 +458,29 @@ class KvqaApp:
         return say("progress.estimate", lang, pages=pages, chars=len(document.text), tokens=tokens,
                    seconds=estimate, rate=rate), estimate
 
-    def show_read(self, get_document, session, lang, request, progress) -> dict:
+    def show_read(self, get_document, session, lang, request, progress, *, pdf=lambda: None) -> dict:
+        """Read the document get_document() gives and show it; `pdf()`: the file's bytes when the document is one
+        PDF, kept for the evidence viewer."""
         try:
             session, changed = self.read(get_document(), session, request, progress, lang=lang)
         except KvqaError as e:
             return warn(e, lang)
+        if changed:
+            self.pdfs.pop(session, None)
+            if (data := pdf()) is not None:
+                self.pdfs[session] = data
         return self.panels(session, lang, reused=not changed) | self.part_box(session, lang)
+
+    @staticmethod
+    def pdf_of(files, text: str | None) -> bytes | None:
+        """The bytes of the one uploaded PDF that is the whole document (no other file, nothing pasted), else None."""
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
+        if len(files) != 1 or (text and text.strip()) or not str(files[0]).lower().endswith(".pdf"):
+            return None
+        try:
+            return uploaded_file(files[0]).read_bytes()
+        except (KvqaError, OSError):
+            return None
 
     def part_box(self, session: Session | None, lang: str = "en") -> dict:
         """The part control, labelled in pages for a PDF and characters for text, showing what was read."""
@@ -430,12 +495,14 @@ class KvqaApp:
 
     def on_upload(self, file, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read an uploaded file once; show its figures."""
-        return self.show_read(lambda: self.document_from(file, None, lang), session, lang, request, progress)
+        return self.show_read(lambda: self.document_from(file, None, lang), session, lang, request, progress,
+                              pdf=lambda: self.pdf_of(file, None))
 
     def on_paste(self, text, session, files=None, lang="en", request: gr.Request = None,
                  progress=gr.Progress()) -> dict:
         """UI: read pasted text once (with the uploaded files, if any, as one document)."""
-        return self.show_read(lambda: self.document_from(files, text, lang), session, lang, request, progress)
+        return self.show_read(lambda: self.document_from(files, text, lang), session, lang, request, progress,
+                              pdf=lambda: self.pdf_of(files, text))
 
     def on_part(self, text, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read another part of the loaded document (pages of a PDF, characters of a text)."""
@@ -606,6 +673,12 @@ class KvqaApp:
                                               scale=3, elem_id="part")
                         part_btn = localized(gr.Button, {"value": "ui.read_part"}, scale=1, elem_id="read-part")
                     localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
+                    with localized(gr.Accordion, {"label": "ui.evidence"}, open=True, elem_id="evidence"):
+                        self.evidence_pick = localized(gr.Dropdown, {"label": "ui.evidence_pick"}, choices=[],
+                                                       elem_id="evidence-pick")
+                        self.evidence_page = gr.Image(type="pil", interactive=False, show_label=False,
+                                                      visible=False, elem_id="evidence-page", format="png")
+                        self.evidence_text = gr.HTML(self.i18n("evidence.none"), elem_id="evidence-text")
                 with gr.Column(scale=3):
                     self.chat = localized(gr.Chatbot, {"label": "ui.chat"}, elem_id="chat", height=420,
                                           buttons=["copy"])
@@ -629,7 +702,8 @@ class KvqaApp:
                 self.table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
                 self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
 
-            shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot]
+            shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
+                     self.evidence_page, self.evidence_text]
             lang = self.lang
             upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
             read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
@@ -646,6 +720,9 @@ class KvqaApp:
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
             export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")
+            self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang],
+                                     [self.evidence_pick, self.evidence_page, self.evidence_text],
+                                     api_visibility="private")
             everything = shown + [self.part, self.promise_box, *self._fixed]
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
             lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")

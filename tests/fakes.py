@@ -64,7 +64,7 @@ class FakeEngine:
         timings = Timings(question_tokens=len(question.split()), new_tokens=len(words), ttft_s=0.001,
                           answer_s=0.002)
         text = " ".join(words) + " "
-        sources = find_sources(document.text, text, question, pages=bool(document.page_starts))  # the real ranking
+        sources = find_sources(document.text, text, question, pages=document.pages is not None)  # the real ranking
         return Answer(question=question, text=text, token_ids=tuple(range(len(words))), timings=timings,
                       stop_reason="eos", used_cache=used_cache, sources=tuple(sources))
 

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes import FakeEngine
 
 import app as app_module
+from fakes import FakeEngine
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents import Document, document_from_text
@@ -72,7 +72,7 @@ def test_a_long_document_exports_its_parts_and_where_each_answer_came_from():
     assert f"from characters {part['first']:,}-{part['last']:,}" in to_markdown(conversation)
 
 
-def test_the_download_button_writes_both_files_and_refuses_an_empty_session():
+def test_the_download_button_writes_both_files_and_refuses_an_empty_session(monkeypatch):
     kvqa_app, session = app_with(pdf_like(), ["When does the harbour ferry leave?"])
     kvqa_app.build()  # the page's components, the download among them
     shown = kvqa_app.on_export(session)[kvqa_app.exported]
@@ -82,5 +82,5 @@ def test_the_download_button_writes_both_files_and_refuses_an_empty_session():
     assert "When does the harbour ferry leave?" in md.read_text(encoding="utf-8")
     assert kvqa_app.api_export(session) == session_dict(session)
     warned = []
-    app_module.gr.Warning = warned.append  # noqa: the toast is the only output of a refusal
+    monkeypatch.setattr(app_module.gr, "Warning", warned.append)  # the toast is the only output of a refusal
     assert kvqa_app.on_export(None) == {} and "Nothing to download yet" in warned[0]
