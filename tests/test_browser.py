@@ -157,3 +157,63 @@ def test_the_page_in_chinese(server, browser, tmp_path):
         assert "Median time to first token over 1" in page.locator("#latency-summary").inner_text()
     finally:
         context.close()
+
+
+PDF_PAGES = {
+    "en": ["The orchard grows apples and pears in long rows.",
+           "The harbour ferry leaves at nine every morning. Tickets cost ten euros and are sold on board.",
+           "The lighthouse keeper's code word is pelican."],
+    "zh": ["果园里种着苹果树和梨树。", "渡轮每天早上九点从港口出发，票价十元，船上可以买票。",
+           "灯塔看守人的暗号是鹈鹕。"],
+}
+CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+
+
+@pytest.mark.parametrize("lang, question, done", [("en", "When does the harbour ferry leave?", "first token"),
+                                                  ("zh", "渡轮几点出发？", "首 token")])
+def test_the_source_on_its_page_and_the_conversation_downloaded(server, browser, tmp_path, lang, question, done):
+    """A PDF's answer shows its first source on the PDF page, highlighted, beside the chat; the conversation
+    downloads as Markdown and JSON, and the JSON parses with the question, answer and source page in it."""
+    import json
+
+    from fpdf import FPDF
+
+    if lang == "zh" and not CJK_FONT.exists():
+        pytest.skip("needs fonts-wqy-microhei (installed by .ci/run) to write a Chinese PDF")
+    pdf = FPDF()
+    if lang == "zh":
+        pdf.add_font("cjk", "", str(CJK_FONT))
+        pdf.set_font("cjk", size=12)
+    else:
+        pdf.set_font("helvetica", size=12)
+    for text in PDF_PAGES[lang]:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, text)
+    path = tmp_path / ("guide.pdf" if lang == "en" else "指南.pdf")
+    path.write_bytes(bytes(pdf.output()))
+    context = browser.new_context(locale="en-US" if lang == "en" else "zh-CN",
+                                  viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    page = context.new_page()
+    try:
+        page.goto(server)
+        page.locator("#upload input[type=file]").set_input_files(str(path))
+        page.locator("#doc-status").get_by_text(path.name).wait_for(timeout=120_000)
+        ask(page, question, 0, done=done)
+        image = page.locator("#evidence-page img")
+        image.wait_for(timeout=60_000)
+        page.wait_for_function("document.querySelector('#evidence-page img').naturalWidth > 500", timeout=30_000)
+        note = page.locator("#evidence-text").inner_text()
+        assert ("Page 2, the passage highlighted" if lang == "en" else "第 2 页，已高亮该段落") in note
+
+        page.locator("#export").click()
+        links = page.locator("#exported a[download]")
+        links.first.wait_for(timeout=60_000)
+        hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+        exported = {Path(h.split("?")[0]).suffix: page.request.get(h).text() for h in hrefs}
+        conversation = json.loads(exported[".json"])
+        (answered,) = conversation["answers"]
+        assert answered["question"] == question and answered["sources"][0]["page"] == 2
+        assert conversation["document"]["name"] == path.name and conversation["document"]["pages"] == 3
+        assert f"## 1. {question}" in exported[".md"]
+    finally:
+        context.close()
