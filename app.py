@@ -16,6 +16,7 @@ import statistics
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +37,7 @@ from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
 from kvqa.sources import source_dict
 from kvqa.store import store_for
+from kvqa.timing import ReadCost
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
@@ -256,7 +258,7 @@ class KvqaApp:
             texts["ui.limits"] = f"<sub>{texts['ui.limits']}</sub>"  # small print
         self.i18n = gr.I18n(**self.page_texts)  # for launch(i18n=...)
         self._fixed: dict[gr.components.Component, dict[str, str]] = {}  # component -> {property: message id}
-        self.read_rates: dict[str, float] = {}  # model -> tokens/s of its latest read here, for the next estimate
+        self.read_costs: dict[str, ReadCost] = {}  # model -> its latest read's cost here, for the next estimate
         self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
         self.pdfs: weakref.WeakKeyDictionary[Session, bytes] = weakref.WeakKeyDictionary()  # a PDF's own bytes
 
@@ -435,28 +437,35 @@ class KvqaApp:
         progress(0, desc=say("progress.reading", lang))
         before, estimate = self.before_reading(session.engine, document if part is None else select(document, *part),
                                                lang)
-        changed = session.load(document, part=part, progress=lambda f: progress(f, desc=before))
+        started, ticks = time.perf_counter(), []
+
+        def tick(fraction: float) -> None:  # the read's progress over time: how its cost grows with its length
+            ticks.append((fraction, time.perf_counter() - started))
+            progress(fraction, desc=before)
+
+        changed = session.load(document, part=part, progress=tick)
         doc = session.prefilled
         if changed:
             self.estimates.pop(session, None)
             if doc is not None and session.cache_source == "prefill":
                 if estimate is not None:
                     self.estimates[session] = estimate
-                if doc.tokens >= MIN_RATE_TOKENS and doc.prefill_s > 0:
-                    self.read_rates[session.engine.info.model] = doc.tokens_per_s
+                cost = ReadCost.fit([(f * doc.tokens, t) for f, t in ticks]) if doc.tokens >= MIN_RATE_TOKENS else None
+                if cost is not None:
+                    self.read_costs[session.engine.info.model] = cost
         return session, changed
 
     def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
         """The progress line while a document is read, with the estimate in it: its size (pages, characters,
-        tokens) and, once this model has read a document here, the read time at that read's rate (else None)."""
+        tokens) and, once this model has read a document here, the read time its cost predicts (else None)."""
         tokens = min(engine.count_tokens(document.text), engine.info.context_tokens)  # a longer one is read in part
         pages = say("status.pages", lang, pages=document.pages) if document.pages else ""
-        rate = self.read_rates.get(engine.info.model)
-        if not rate:
+        cost = self.read_costs.get(engine.info.model)
+        if cost is None:
             return say("progress.size", lang, pages=pages, chars=len(document.text), tokens=tokens), None
-        estimate = tokens / rate
+        estimate = cost.seconds(tokens)
         return say("progress.estimate", lang, pages=pages, chars=len(document.text), tokens=tokens,
-                   seconds=estimate, rate=rate), estimate
+                   seconds=estimate), estimate
 
     def show_read(self, get_document, session, lang, request, progress, *, pdf=lambda: None) -> dict:
         """Read the document get_document() gives and show it; `pdf()`: the file's bytes when the document is one

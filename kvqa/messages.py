@@ -461,10 +461,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "progress.size": ("Reading {chars:,} characters{pages}, {tokens:,} tokens (the first read with this model here "
                       "measures its speed)",
                       "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token（此模型在本机的首次读取，用来测速度）"),
-    "progress.estimate": ("Reading {chars:,} characters{pages}, {tokens:,} tokens: about {seconds:.1f} s at "
-                          "{rate:,.0f} tokens/s (this model's last read here)",
+    "progress.estimate": ("Reading {chars:,} characters{pages}, {tokens:,} tokens: about {seconds:.1f} s (from this "
+                          "model's last read here)",
                           "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token：约 {seconds:.1f} 秒"
-                          "（按此模型在本机上次的读取速度 {rate:,.0f} token/秒）"),
+                          "（按此模型在本机上次的读取估算）"),
     "progress.reading_part": ("Reading the part of the document that best matches the question",
                               "正在读取文档中与问题最匹配的部分"),
     "progress.reading_again": ("Reading the document again", "正在重新读取文档"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,36 @@ def now(device: torch.device) -> float:
     """perf_counter() after synchronising the device."""
     sync(device)
     return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class ReadCost:
+    """What reading n tokens takes here: per_token * n + per_pair * n^2 seconds (the second term: attention to the
+    tokens read before, which makes long reads slower per token), fitted from one read's progress."""
+
+    per_token: float
+    per_pair: float = 0.0
+
+    def seconds(self, tokens: int) -> float:
+        return self.per_token * tokens + self.per_pair * tokens * tokens
+
+    @classmethod
+    def fit(cls, points: Sequence[tuple[float, float]]) -> ReadCost | None:
+        """From (tokens read so far, seconds since the read began) points of one read: least squares for both terms
+        with three points or more (when both come out positive), else the last point's rate; None without a point."""
+        points = [(n, t) for n, t in points if n > 0 and t > 0]
+        if not points:
+            return None
+        if len({n for n, _ in points}) >= 3:
+            s2, s3, s4 = (sum(n**k for n, _ in points) for k in (2, 3, 4))
+            r1, r2 = sum(n * t for n, t in points), sum(n * n * t for n, t in points)
+            det = s2 * s4 - s3 * s3
+            if det > 0:
+                a, b = (r1 * s4 - r2 * s3) / det, (s2 * r2 - s3 * r1) / det
+                if a > 0 and b >= 0:
+                    return cls(a, b)
+        n, t = max(points)
+        return cls(t / n)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from kvqa.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents import document_from_text
 from kvqa.session import Session, speedup
+from kvqa.timing import ReadCost
 
 DOC = document_from_text("A short document about ferries, bridges and the harbour's opening hours.")
 
@@ -69,20 +70,35 @@ def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
     def progress(fraction, desc=None):
         said.append(desc)
 
-    first = document_from_text("word " * 600)  # the fake engine counts words: 600 tokens in 0.01 s
+    first = document_from_text("word " * 600)  # the fake engine counts words: 600 tokens
     session, _ = kvqa_app.read(first, None, None, progress)
     assert "3,000 characters, 600 tokens" in said[-1] and "about" not in said[-1]
     assert "estimated" not in kvqa_app.status_markdown(session)  # nothing was estimated before the first read
-    assert kvqa_app.read_rates == {"fake": 600 / 0.01}
+    cost = kvqa_app.read_costs["fake"]  # one progress point: the rate of the whole read
+    assert cost.per_token > 0 and cost.per_pair == 0
 
     second = document_from_text("other " * 1200)
     session, _ = kvqa_app.read(second, session, None, progress)
-    assert "1,200 tokens: about 0.0 s at 60,000 tokens/s" in said[-1]
-    assert "(estimated 0.0 s before reading)" in kvqa_app.status_markdown(session)
-    assert "读取前估计 0.0 秒" in kvqa_app.status_markdown(session, "zh")
+    assert f"1,200 tokens: about {cost.seconds(1200):.1f} s (from this model's last read here)" in said[-1]
+    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in kvqa_app.status_markdown(session)
+    assert f"读取前估计 {cost.seconds(1200):.1f} 秒" in kvqa_app.status_markdown(session, "zh")
 
 
 def test_a_short_read_does_not_set_the_rate():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
     kvqa_app.read(document_from_text("a few words only"), None, None, lambda *a, **k: None)
-    assert kvqa_app.read_rates == {}
+    assert kvqa_app.read_costs == {}
+
+
+def test_a_read_cost_fits_how_reads_slow_down_with_length():
+    """Reads whose seconds grow as 1e-3 n + 1e-7 n^2 (attention to what was read before): fitted from one read's
+    progress, it predicts a read four times as long within 1%, where the first read's rate would be 30% short."""
+    truth = ReadCost(1e-3, 1e-7)
+    ticks = [(n, truth.seconds(n)) for n in range(512, 2049, 512)]  # a 2,048-token read in 512-token chunks
+    cost = ReadCost.fit(ticks)
+    assert abs(cost.seconds(8192) - truth.seconds(8192)) < 0.01 * truth.seconds(8192)
+    rate_only = ReadCost.fit(ticks[-1:])
+    assert rate_only.seconds(8192) < 0.7 * truth.seconds(8192)
+    assert ReadCost.fit([]) is None and ReadCost.fit([(0, 1.0)]) is None
+    noisy = ReadCost.fit([(512, 1.0), (1024, 1.1), (1536, 1.2)])  # a fit with a negative term: the last rate
+    assert noisy == ReadCost(1.2 / 1536)
