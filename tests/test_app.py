@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from gradio_client import Client
 
@@ -31,12 +33,17 @@ def session(default_lm):
     session.close()
 
 
-def test_paste_prefills_once_and_shows_figures(session):
-    status = UI.status_markdown(session)
-    assert "document tokens" in status and "read now:" in status and "tokens/s" in status and "MB" in status
-    prefilled = session.prefilled
-    again = UI.on_paste(DOC_A, session)
-    assert again[UI.state].prefilled is prefilled and "already loaded" in again[UI.status]  # no second prefill
+def test_paste_prefills_once_and_shows_figures(default_lm):
+    text = f"{DOC_A} This copy is only for this test ({uuid.uuid4().hex})."  # no other session can hold its cache
+    session = UI.on_paste(text, None)[UI.state]
+    try:
+        status = UI.status_markdown(session)
+        assert "document tokens" in status and "read now:" in status and "tokens/s" in status and "MB" in status
+        prefilled = session.prefilled
+        again = UI.on_paste(text, session)
+        assert again[UI.state].prefilled is prefilled and "already loaded" in again[UI.status]  # no second prefill
+    finally:
+        session.close()
 
 
 def test_two_sessions_with_one_document_share_its_cache(default_lm):

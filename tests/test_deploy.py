@@ -58,7 +58,7 @@ def doctor(env: dict) -> subprocess.CompletedProcess:
 
 
 def test_doctor_on_this_cpu_machine(default_lm):
-    run = doctor({})
+    run = doctor({"KVQA_DEVICE": "cpu", "KVQA_DTYPE": "float32"})  # what it reports is what it was told, anywhere
     assert run.returncode == 0, run.stdout + run.stderr
     for name in ("model", "device", "dtype", "attention", "context", "memory budget", "ZeroGPU", "HF token"):
         assert re.search(rf"^{name}\s", run.stdout, re.M), name
