@@ -62,6 +62,11 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
             assert 0 <= r["sources_s"] < r["answer_s"]  # sources cost little
             assert r["written_step_same_logits"] is True  # the step written out computes the forward's logits
             assert r["written_step_s"] > 0 and r["forward_step_s"] > 0 and r["written_step_speedup"] > 0
+            # the ratios printed are the ratios of the figures printed
+            assert r["ttft_over_floor"] == pytest.approx(r["ttft_s"] / r["floor_ttft_s"], rel=0.02)
+            assert r["written_step_speedup"] == pytest.approx(r["forward_step_s"] / r["written_step_s"], rel=0.02)
+            if r["decode_step_s"]:
+                assert r["decode_over_floor"] == pytest.approx(r["decode_step_s"] / r["decode_floor_s"], rel=0.02)
         else:
             assert r["floor_ttft_s"] is None
             assert r["ttft_over_floor"] is r["decode_floor_s"] is r["decode_step_s"] is r["decode_over_floor"] is None
