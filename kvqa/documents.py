@@ -59,10 +59,6 @@ class Document:
     page_starts: tuple[int, ...] = ()  # PDF: where each page's text (with its "[Page n]" line) begins in `text`
     part: Part | None = None  # set when this is a part of a longer document (kvqa.parts)
 
-    @property
-    def chars(self) -> int:
-        return len(self.text)
-
 
 def document_from_text(text: str, *, name: str = "pasted text") -> Document:
     """Wrap pasted text as a Document; raises DocumentError if there is nothing to read."""

@@ -109,7 +109,6 @@ def run_chunks(
     cache: KVCache,
     *,
     chunk_size: int,
-    progress: Callable[[float], None] | None = None,
 ) -> torch.Tensor:
     """Feed ids through the model in chunks on top of the cache; returns the logits of the last position, (1, vocab)."""
     assert ids, "nothing to prefill"
@@ -117,8 +116,6 @@ def run_chunks(
     for start in range(0, len(ids), chunk_size):
         chunk = torch.tensor([ids[start: start + chunk_size]], device=lm.device)  # (1, T)
         logits = lm.model(input_ids=chunk, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-        if progress is not None:
-            progress(min(start + chunk_size, len(ids)) / len(ids))
     return logits
 
 

@@ -52,9 +52,6 @@ class AnswerStream:
         assert self._answer is not None, "the stream was closed before it finished"
         return self._answer
 
-    def text(self) -> str:
-        return self.answer.text
-
     def close(self) -> None:
         self._iterator.close()
         self._pieces.close()

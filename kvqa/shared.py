@@ -25,11 +25,6 @@ class SharedCaches:
         self._loading: dict[str, threading.Lock] = {}  # key -> held while one session prefills it
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> PrefilledDocument | None:
-        """The live document under key, if a session holds it."""
-        with self._lock:
-            return self._docs.get(key)
-
     def get_or_load(self, key: str, load: Callable[[], PrefilledDocument]) -> tuple[PrefilledDocument, bool]:
         """(document, shared): the live document under key (shared=True), else what load() returns, registered for
         the next sessions. While one caller loads a key, other callers of that key wait for it."""

@@ -61,7 +61,6 @@ class Timings:
     new_tokens: int
     ttft_s: float  # from the question to its first generated token (its id chosen, not its text shown)
     answer_s: float  # from the question to the last token
-    fork_s: float = 0.0  # cost of giving the question its own view of the document cache
     sources_s: float = 0.0  # finding the passages the answer relies on (after the answer, not in answer_s)
     decode_steps: int = 0  # forwards after the first token (each one token, or one token and its drafted guesses)
     drafted_tokens: int = 0  # tokens that came from drafting (guesses the model agreed with)

@@ -33,7 +33,7 @@ class FakeEngine:
 
     @property
     def info(self) -> EngineInfo:
-        return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32", attention="none",
+        return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32",
                           context_tokens=self.context_tokens, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
                           guarantee=Message("promise.float32"))
 

@@ -19,7 +19,6 @@ class EngineInfo:
     model: str
     device: str  # where the model computes
     dtype: str
-    attention: str
     context_tokens: int  # document + question + answer
     load_s: float
     cache_device: str  # where prefilled caches live between questions: what the memory budget measures

@@ -40,7 +40,7 @@ class LocalEngine:
         lm = self.lm
         dtype = str(lm.dtype).removeprefix("torch.")
         return EngineInfo(kind=self.kind, model=lm.name, device=lm.device.type, dtype=dtype,
-                          attention=lm.attn_implementation, context_tokens=lm.context_length, load_s=lm.load_s,
+                          context_tokens=lm.context_length, load_s=lm.load_s,
                           cache_device=lm.device.type,
                           exact_vs_recompute=dtype == "float32" and lm.decode_step is None,
                           guarantee=guarantee(dtype, compiled=lm.decode_step is not None))

@@ -103,7 +103,7 @@ class RemoteEngine:
             raise EngineRefused("engine.model_not_served", where=self.where, model=model, served=served)
         entry = listed[names.index(model)]
         self._info = EngineInfo(
-            kind=self.kind, model=model, device=f"server {self.where}", dtype="as served", attention="server's",
+            kind=self.kind, model=model, device=f"server {self.where}", dtype="as served",
             context_tokens=_context_of(entry), load_s=time.perf_counter() - started,
             cache_device="cpu",  # caches live on the server; here a document costs its text only (cache_bytes 0)
             exact_vs_recompute=False, guarantee=guarantee(model, self.where))

@@ -167,7 +167,7 @@ class ZeroGPUEngine:
         local = self.local.info
         dtype = str(_gpu_dtype(self.config)).removeprefix("torch.")
         return EngineInfo(kind=self.kind, model=local.model, device="cuda (ZeroGPU)", dtype=dtype,
-                          attention="sdpa", context_tokens=local.context_tokens, load_s=local.load_s,
+                          context_tokens=local.context_tokens, load_s=local.load_s,
                           cache_device="cpu", exact_vs_recompute=dtype == "float32", guarantee=guarantee(dtype))
 
     def prefill(self, document: Document, *, progress: Callable[[float], None] | None = None,
@@ -310,8 +310,6 @@ def _close(events) -> None:
 
 def _gpu_dtype(config: Config):
     """The dtype the model gets on ZeroGPU's GPU: bfloat16 unless one is named."""
-    import torch
-
     from ..model import choose_dtype
 
     return torch.bfloat16 if config.dtype == "auto" else choose_dtype(config.dtype, torch.device("cuda"))
