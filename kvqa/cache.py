@@ -169,11 +169,16 @@ def unsupported_reason(model_config) -> Message | None:
 
 
 def bytes_per_token(model_config, dtype: torch.dtype) -> int:
-    """2 (keys and values) x layers x kv_heads x head_dim x bytes per element."""
+    """One token's keys and values in a model's cache (kv_bytes for its config)."""
     c = model_config.get_text_config(decoder=True)
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    return 2 * c.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+    return kv_bytes(c.num_hidden_layers, kv_heads, head_dim, dtype.itemsize)
+
+
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
+    """2 (keys and values) x layers x kv_heads x head_dim x bytes per element."""
+    return 2 * layers * kv_heads * head_dim * itemsize
 
 
 def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> KVCache:

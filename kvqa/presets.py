@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .cache import kv_bytes
+
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
@@ -47,9 +49,11 @@ class Preset:
         return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """One token's cache, as kvqa.cache computes it for a loaded model."""
         c = self.settings
         head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-        return 2 * c["num_hidden_layers"] * c["num_key_value_heads"] * head_dim * dtype_bytes
+        return kv_bytes(c["num_hidden_layers"], c.get("num_key_value_heads") or c["num_attention_heads"], head_dim,
+                        dtype_bytes)
 
     def memory_bytes(self, dtype_bytes: int, *, context: int = 8192) -> int:
         """Weights plus the KV cache of one `context`-token document."""

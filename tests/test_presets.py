@@ -30,6 +30,17 @@ def test_parameters_are_counted_from_the_architecture():
     assert "qwen2.5-0.5b" in fits and "llama-3.2-3b" not in fits
 
 
+def test_a_presets_cache_per_token_is_what_a_loaded_model_of_it_holds():
+    from transformers import AutoConfig
+
+    from kvqa.cache import bytes_per_token
+
+    for preset in PRESETS:
+        config = AutoConfig.for_model(**preset.settings)
+        for dtype in (torch.float32, torch.bfloat16):
+            assert preset.kv_bytes_per_token(dtype.itemsize) == bytes_per_token(config, dtype), preset.model
+
+
 def tokenizer_for(preset, default_lm, llama3_tokenizer):
     if preset.config.startswith("llama"):
         return llama3_tokenizer
