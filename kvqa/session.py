@@ -34,6 +34,7 @@ class Turn:
     answer: str
     timings: Timings
     baseline: Timings | None = None  # the same question answered by recomputing the whole prompt, when asked for
+    baseline_same: bool | None = None  # that recomputed answer's tokens were the cached answer's
     stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
@@ -172,11 +173,12 @@ class Session:
                                                                  history=history) as pieces:
                 yield from pieces  # closing this generator closes the answer: the cache rolls back now
                 result = pieces.answer
-            measured = None
+            measured, same = None, None
             if baseline and result.stop_reason != "stopped":
-                measured = self.engine.stream_without_cache(self.document, question, prompt=self.prefilled.prompt,
-                                                            history=history).answer.timings
-            self.turns.append(Turn(question, result.text, result.timings, baseline=measured,
+                recomputed = self.engine.stream_without_cache(self.document, question, prompt=self.prefilled.prompt,
+                                                              history=history).answer
+                measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
+            self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
                                    stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
                                    unsupported=result.unsupported,
                                    part=self.document.part))

@@ -86,6 +86,11 @@ def test_baseline_switch_measures_the_speedup(session):
     final = drain(UI.on_ask("What is the secret word?", session, True))
     assert "measured" in final[UI.summary] and final[UI.table]["data"][-1][7] is not None
     assert "measured" in final[UI.table]["data"][-1][8]
+    turn = session.turns[-1]
+    assert turn.baseline_same is True  # float32: the recomputed answer is token for token the cached one
+    assert final[UI.table]["data"][-1][7] == round(turn.baseline.ttft_s, 3)
+    factor = turn.baseline.ttft_s / turn.timings.ttft_s
+    assert final[UI.table]["data"][-1][8] == f"{factor:.1f}x (measured)"
 
 
 def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(session, tmp_path):
@@ -156,7 +161,10 @@ def test_a_client_that_goes_away_mid_answer_leaves_the_session_exact(server):
     client = Client(server, verbose=False)
     client.predict(text=DOC_A, api_name="/prefill")
     fresh = client.predict(question="What is the secret word?", api_name="/ask")
-    job = client.submit(question="Describe the document in detail.", api_name="/ask")
+    job = client.submit(question="Describe the document in detail, sentence by sentence.", api_name="/ask")
+    for partial in job:  # wait until the answer is streaming: the client goes away in the middle of it
+        if partial:
+            break
     job.cancel()  # what a closed tab or a dropped connection does
     assert client.predict(question="What is the secret word?", api_name="/ask") == fresh
 
