@@ -150,7 +150,7 @@ def latency_summary(session: Session | None, lang: str = "en") -> str:
     # read now, restored from disk, or shared: what it took here
     ready = say("latency.ready", lang, origin=render(cache_origin(session), lang))
     if not session.turns:
-        return say("latency.ask_to_compare", lang, ready=ready)
+        return say("latency.ask_to_compare", lang, ready=ready) + parts_read(session, lang)
     ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
     if not ttfts:
         return say("latency.no_tokens", lang, ready=ready)
@@ -160,7 +160,18 @@ def latency_summary(session: Session | None, lang: str = "en") -> str:
     how = (say("latency.measured", lang, factor=statistics.median(measured)) if measured else
            say("latency.estimated", lang, factor=statistics.median(estimated)) if estimated else
            say("latency.unknown", lang))
-    return say("latency.summary", lang, ready=ready, count=len(ttfts), median=statistics.median(ttfts), how=how)
+    return (say("latency.summary", lang, ready=ready, count=len(ttfts), median=statistics.median(ttfts), how=how)
+            + parts_read(session, lang))
+
+
+def parts_read(session: Session, lang: str = "en") -> str:
+    """For a document cut into parts: each part read so far, once, with how it was had and what that took."""
+    if len(session.parts) < 2 or not session.part_reads:
+        return ""
+    unit, total = unit_name(session.source), len(session.source.page_starts) or len(session.source.text)
+    reads = [f"{render(Message(f'part.{unit}', first=a, last=b, total=total), lang)} ({render(origin, lang)})"
+             for (a, b), origin in session.part_reads.items()]
+    return " " + say("latency.parts", lang, count=len(session.parts), reads="; ".join(reads))
 
 
 def latency_plot(session: Session | None, lang: str = "en"):

@@ -456,6 +456,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "origin.prefill": ("read now: {seconds:.2f} s", "刚刚读取：{seconds:.2f} 秒"),
     "origin.disk": ("restored from disk: {seconds:.2f} s", "从磁盘恢复：{seconds:.2f} 秒"),
     "origin.memory": ("shared with another session: {seconds:.2f} s", "与另一个会话共享：{seconds:.2f} 秒"),
+    "origin.kept": ("still in memory: {seconds:.2f} s", "仍在内存中：{seconds:.2f} 秒"),
     "progress.loading_model": ("Loading {model}", "正在加载 {model}"),
     "progress.reading": ("Reading the document", "正在读取文档"),
     "progress.size": ("Reading {chars:,} characters{pages}, {tokens:,} tokens (the first read with this model here "
@@ -514,6 +515,7 @@ CATALOG: dict[str, tuple[str, str]] = {
         "the cache” to measure it)",
         "快 **{factor:.1f} 倍**（估算为（首次读取文档 + 首 token 时间）/ 首 token 时间；"
         "勾选“同时不用缓存回答一次”可实测）"),
+    "latency.parts": ("Parts read, of {count}: {reads}.", "已读取的部分（共 {count} 部分）：{reads}。"),
     "latency.unknown": ("not estimated: this cache was stored without its first read time (tick “also answer "
                         "without the cache” to measure it)",
                         "无法估算：这个缓存存储时没有记录首次读取时间（勾选“同时不用缓存回答一次”可实测）"),
@@ -531,6 +533,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "plot.origin.prefill": ("read now", "刚刚读取"),
     "plot.origin.disk": ("restored from disk", "从磁盘恢复"),
     "plot.origin.memory": ("shared with another session", "与另一个会话共享"),
+    "plot.origin.kept": ("still in memory", "仍在内存中"),
     "plot.question": ("Q{n}", "问{n}"),
     "plot.total": ("answer total", "回答总时间"),
     "plot.ttft": ("time to first token", "首 token 时间"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,8 +66,11 @@ class Session:
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
         self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
         self.pinned = False  # the user chose the part: questions are not routed to another
+        self.part_reads: dict[tuple[int, int], Message] = {}  # each part read for this document: how, and what it took
+        self._read: weakref.WeakSet[PrefilledDocument] = weakref.WeakSet()  # caches this session had, while alive
         self.prefilled: PrefilledDocument | None = None
-        self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk" or "memory" (shared)
+        self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk", "memory" (shared) or
+        #                               "kept" (its own, from an earlier part of the document, still in memory)
         self.ready_s = 0.0  # how long that took this session
         self.fingerprint: str | None = None
         self.turns: list[Turn] = []
@@ -94,6 +98,9 @@ class Session:
                                              document, first=first, last=last)
             self.source, self.document, self.prefilled, self.fingerprint = document, prefilled.document, prefilled, key
             self.parts, self.pinned = parts, part is not None
+            self.part_reads = {k: v for k, v in self.part_reads.items()
+                               if prefilled.document.part and k == (prefilled.document.part.first,
+                                                                    prefilled.document.part.last)}
             self.notice = notice(prefilled.document, document, asked=part, parts=len(parts))
             self.turns, self._conversation_start = [], 0
         return True
@@ -218,8 +225,13 @@ class Session:
             prefilled, shared = self.shared.get_or_load(key, lambda: self._prefill_own(document, progress=progress))
             if shared and self.budget is not None:
                 self.budget.add(prefilled.cache_bytes, self, cache=key)
-        self.cache_source = "memory" if shared else prefilled.cache_source
+        kept = shared and prefilled in self._read  # a part this session read before, still in memory
+        self._read.add(prefilled)
+        self.cache_source = "kept" if kept else "memory" if shared else prefilled.cache_source
         self.ready_s = time.perf_counter() - started if shared else prefilled.prefill_s
+        part = prefilled.document.part
+        if part is not None:
+            self.part_reads[(part.first, part.last)] = cache_origin(self)
         return prefilled
 
     def _prefill_own(self, document, *, progress) -> PrefilledDocument:

@@ -178,15 +178,32 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     assert session.turns[-1].follows == 0
 
 
-def test_a_long_conversation_keeps_the_latest_turns_that_fit(tiny_lm):
-    config = kvqa.Config(max_new_tokens=8, max_question_tokens=60, chunk_size=64)
-    session = Session(LocalEngine(config, lm=tiny_lm))
-    session.load(kvqa.document_from_text("A short document about birds."))
+@pytest.mark.parametrize("template", ["chatml", "llama3"])
+def test_a_long_conversation_keeps_the_latest_turns_that_fit(template, tiny_lm, tiny_llama3_lm):
+    """Six follow-ups, in English and Chinese, on both template families: each is token for token a recompute of the
+    turns it kept, and it kept the most recent turns that fit the question's room (one more would not)."""
+    lm = tiny_lm if template == "chatml" else tiny_llama3_lm
+    config = kvqa.Config(max_new_tokens=8, max_question_tokens=120, chunk_size=64, quote_passages=0)
+    document = kvqa.document_from_text("A short document about birds. 这是一份关于鸟类的简短文件。")
+    session = Session(LocalEngine(config, lm=lm))
+    session.load(document)
     session.remember = True
-    for n in range(6):
-        session.ask(f"Question number {n} about the birds?").answer
+    questions = [f"Question number {n} about the birds?" if n % 2 else f"关于鸟类的第 {n} 个问题是什么？"
+                 for n in range(6)]
+    for n, question in enumerate(questions):
+        answer = session.ask(question).answer
+        kept = session.turns[-1].follows
+        earlier = [(t.question, t.answer) for t in session.turns[:-1]]
+        history = earlier[len(earlier) - kept:] if kept else []
+        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=session.prefilled.prompt,
+                                          history=history, quote=0)
+        assert answer.token_ids == whole.token_ids, n
+        prompt = session.prefilled.prompt
+        if kept < len(earlier):  # one more turn would not fit in the room
+            longer = earlier[len(earlier) - kept - 1:]
+            assert len(prompt.conversation_ids(longer, question)) > config.max_question_tokens
     follows = [t.follows for t in session.turns]
-    assert follows[0] == 0 and max(follows) >= 1 and follows[-1] < 5  # older turns were forgotten to fit
+    assert follows[0] == 0 and max(follows) >= 2 and follows[-1] < 5  # older turns were forgotten to fit
 
 
 def test_conversation_ids_match_the_template_in_one_go(tiny_llama3_lm, default_lm):

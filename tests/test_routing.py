@@ -111,3 +111,20 @@ def test_the_app_says_which_part_an_answer_came_from(lang):
     last = app_module.chat_messages(session, lang)[-1]["content"]
     part = session.turns[-1].part
     assert (f"From characters {part.first:,}-{part.last:,}" if lang == "en" else f"出自第 {part.first:,}-") in last
+
+
+def test_the_latency_panel_lists_each_part_read_once():
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    first = session.document.part
+    assert f"Parts read, of {len(session.parts)}: characters 1-{first.last:,} of {len(TEXT):,} (read now:" in (
+        app_module.latency_summary(session))
+    for question in ["What about the comet and the telescope?", "And the lighthouse keeper?",
+                     "The comet again?"]:
+        session.ask(question).answer  # noqa: B018
+    summary = app_module.latency_summary(session)
+    listed = summary.split("Parts read")[1]
+    assert listed.count("characters 1-") == 1 and listed.count("(read now:") + listed.count("(still in memory:") == 2
+    assert session.cache_source in ("prefill", "kept")  # read again, or its cache was still alive
+    assert "shared with another session" not in summary  # no other session is involved
+    assert "已读取的部分" in app_module.latency_summary(session, "zh")
