@@ -3,7 +3,7 @@
 Lexical retrieval, not the model's attention: it reads only the document's text, the question and the answer, so it
 cannot change the cache, and it costs milliseconds. Passages are runs of whole sentences of about PASSAGE_CHARS
 characters that never cross a heading, a file boundary or a PDF page. Words are lower-cased letters and digits
-without stopwords, stemmed; CJK runs become overlapping character pairs, so Chinese needs no word segmenter.
+without stopwords; CJK runs become overlapping character pairs, so Chinese needs no word segmenter.
 
 - evidence(): the passages that best match a question, before any answer exists (quoted in the question's turn).
 - find_sources(): an answer's sources, ranked by the question first, with the answer's words as a second signal, and
@@ -18,9 +18,6 @@ from functools import lru_cache
 
 import bm25s
 import numpy as np
-import Stemmer
-
-_STEMMER = Stemmer.Stemmer("english")  # +1-3 points of first sources holding the gold in English (docs/quality.md)
 
 PASSAGE_CHARS = 320
 CJK_WEIGHT = 1.5  # a CJK character counts 1 + 1.5 towards PASSAGE_CHARS: Chinese passages of about 130 characters
@@ -63,21 +60,17 @@ def source_dict(source: Source) -> dict:
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased words without stopwords, stemmed (Snowball's English stemmer: "vaccines" and "vaccinated" meet
-    at "vaccin"); CJK runs become overlapping character pairs (and single characters)."""
+    """Lower-cased words without stopwords; CJK runs become overlapping character pairs (and single characters).
+    Not stemmed: Snowball stemming found the gold passage first 1-3 points more often, but the answers it quoted for
+    were right less often (docs/quality.md)."""
     out = []
     for word in _WORD.findall(text.lower()):
         if _CJK.search(word):
             chars = list(word)
             out += chars if len(chars) == 1 else [a + b for a, b in zip(chars, chars[1:])]
         elif word not in STOPWORDS and (len(word) > 1 or word.isdigit()):
-            out.append(_stem(word))
+            out.append(word)
     return out
-
-
-@lru_cache(maxsize=65536)
-def _stem(word: str) -> str:
-    return _STEMMER.stemWord(word)
 
 
 def passages(text: str) -> list[tuple[int, int]]:
