@@ -31,7 +31,7 @@ from kvqa.engines import Engine, make_engine
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
-from kvqa.parts import parse_range, select, unit_name
+from kvqa.parts import parse_range, planned_parts, select, unit_name
 from kvqa.presets import offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -469,14 +469,17 @@ class KvqaApp:
     def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
         """The progress line while a document is read, with the estimate in it: its size (pages, characters,
         tokens) and, once this model has read a document here, the read time its cost predicts (else None)."""
-        tokens = min(engine.count_tokens(document.text), engine.info.context_tokens)  # a longer one is read in part
+        tokens = engine.count_tokens(document.text)
+        room = engine.info.context_tokens - self.config.reserve_tokens
         pages = say("status.pages", lang, pages=document.pages) if document.pages else ""
+        parts = (say("progress.parts", lang, parts=planned_parts(document, engine.count_tokens, room))
+                 if tokens > room else "")  # read in parts, the first one now
         cost = self.read_costs.get(engine.info.model)
         if cost is None:
-            return say("progress.size", lang, pages=pages, chars=len(document.text), tokens=tokens), None
-        estimate = cost.seconds(tokens)
+            return say("progress.size", lang, pages=pages, chars=len(document.text), tokens=tokens) + parts, None
+        estimate = cost.seconds(min(tokens, room))
         return say("progress.estimate", lang, pages=pages, chars=len(document.text), tokens=tokens,
-                   seconds=estimate), estimate
+                   seconds=estimate) + parts, estimate
 
     def show_read(self, get_document, session, lang, request, progress, *, pdf=lambda: None) -> dict:
         """Read the document get_document() gives and show it; `pdf()`: the file's bytes when the document is one

@@ -466,6 +466,8 @@ CATALOG: dict[str, tuple[str, str]] = {
                           "model's last read here)",
                           "正在读取 {chars:,} 个字符{pages}，{tokens:,} 个 token：约 {seconds:.1f} 秒"
                           "（按此模型在本机上次的读取估算）"),
+    "progress.parts": ("; it makes about {parts} parts for this model, the first read now",
+                       "；对此模型约分为 {parts} 个部分，现在读取第一部分"),
     "progress.reading_part": ("Reading the part of the document that best matches the question",
                               "正在读取文档中与问题最匹配的部分"),
     "progress.reading_again": ("Reading the document again", "正在重新读取文档"),

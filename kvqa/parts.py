@@ -171,6 +171,15 @@ def plan(spans: list[tuple[int, int]], counts: list[int], room: int, *,
     return parts
 
 
+def planned_parts(document: Document, count_tokens: Callable[[str], int], room: int) -> int:
+    """How many parts a document makes when `room` tokens (the context less the reserve) are read at a time, before
+    reading it: its pages or paragraphs counted as prefill_parts() counts them, around the prompt's own tokens."""
+    total = len(document.page_starts) if document.page_starts else len(document.text)
+    spans = units(document, 1, total, max_chars=max(100, min(MAX_UNIT_CHARS, room // 4)))
+    overhead = count_tokens(system_text("")) + 32
+    return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
+
+
 def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0) -> int:
     """The index of the part that holds the document's passages best matching the question: each of the best
     ROUTE_PASSAGES passages (as evidence ranks them) scoring at least half the best one adds its BM25 score to each
@@ -214,4 +223,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["notice", "parse_range", "plan", "prefill_part", "prefill_parts", "route", "select", "units"]
+__all__ = ["notice", "parse_range", "plan", "planned_parts", "prefill_part", "prefill_parts", "route", "select",
+           "units"]

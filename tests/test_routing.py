@@ -3,6 +3,8 @@ its best-matching passages (the fake engine reads at most `context_tokens` words
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import app as app_module
@@ -128,3 +130,16 @@ def test_the_latency_panel_lists_each_part_read_once():
     assert session.cache_source in ("prefill", "kept")  # read again, or its cache was still alive
     assert "shared with another session" not in summary  # no other session is involved
     assert "已读取的部分" in app_module.latency_summary(session, "zh")
+
+
+def test_before_reading_a_long_document_says_how_many_parts_it_makes():
+    config = Config(max_question_tokens=10, max_new_tokens=10)
+    kvqa_app = app_module.KvqaApp(config, FakeEngine(context_tokens=400), budget=CacheBudget(2**30))
+    said = []
+    kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda fraction, desc=None: said.append(desc))
+    planned = int(re.search(r"it makes about (\d+) parts for this model, the first read now", said[-1]).group(1))
+    assert planned >= 2  # an estimate before reading: the prompt's own tokens are guessed, not counted
+    session = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)[0]
+    short = document_from_text("A short note about the ferry.")
+    kvqa_app.read(short, session, None, lambda fraction, desc=None: said.append(desc))
+    assert "parts" not in said[-1]
