@@ -93,6 +93,18 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
     assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
 
 
+def test_the_seed_row_runs_on_transformers_own_attention(tiny_lm):
+    """The bench's outside reference: its answers (compared with kvqa's in every row) come from stock attention."""
+    from kvqa.attention import GROUPED_SDPA
+    from kvqa.bench.methods import stock_attention
+
+    model = tiny_lm.model
+    assert model.config._attn_implementation == GROUPED_SDPA  # kvqa's, on the CPU
+    with stock_attention(model):
+        assert model.config._attn_implementation == "sdpa"
+    assert model.config._attn_implementation == GROUPED_SDPA
+
+
 def test_bench_measures_bandwidth_and_the_decode_floor(tiny_lm):
     """Know the floor: the bandwidth once per run; per kvqa row the decode step against
     (weights + KV at the context) / bandwidth, and TTFT against the question's bare forward."""

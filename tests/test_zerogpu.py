@@ -228,7 +228,7 @@ def test_a_missing_or_damaged_file_falls_back_to_pickling(default_lm, fake_space
 
 def test_an_answer_before_the_file_is_written_pickles_quietly(default_lm, fake_spaces, tmp_path, caplog, monkeypatch):
     store = KVStore(tmp_path, 2**30)
-    monkeypatch.setattr(store, "put", lambda *args: Future())  # a write still going on
+    monkeypatch.setattr(store, "put", lambda *args, **kwargs: Future())  # a write still going on
     session = zerogpu_session(store=store)
     session.load(kvqa.document_from_text(TEXT))
     crossed = len(fake_spaces["tensors"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
 
+from ..attention import GROUPED_SDPA
 from ..cache import bytes_per_token, new_cache
 from ..config import Config
 from ..documents import Document
@@ -99,7 +101,8 @@ class _FirstTokenClock:
 def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
              questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """transformers' documented prompt-cache reuse: one forward into a DynamicCache, then per question a deepcopy of
-    it and generate() on top of the copy."""
+    it and generate() on top of the copy, with transformers' own attention (not the one kvqa registers on the CPU):
+    the outside reference its answers are compared with."""
     from transformers import DynamicCache, GenerationConfig
 
     model, device = lm.model, lm.device
@@ -109,7 +112,7 @@ def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
                                     quotes=quotes(document.text, q, config.quote_passages)) for q in questions]
     runs, forks, ids_all = [], [], []
-    with PeakMemory(device) as memory:
+    with stock_attention(model), PeakMemory(device) as memory:
         started = now(device)
         with torch.no_grad():
             prompt_cache = DynamicCache(config=model.config)
@@ -239,3 +242,16 @@ def decode_floor(row: dict, lm: LoadedModel, bandwidth: Bandwidth) -> dict:
 PREFILL_REPEATS = 2  # the chunked/unchunked prefill comparison keeps the best of this many alternating runs
 
 RUNNERS: dict[str, Callable] = {"recompute": run_recompute, "seed": run_seed, "kvqa": run_kvqa}
+
+
+@contextmanager
+def stock_attention(model) -> Iterator[None]:
+    """transformers' own SDPA attention while inside, where kvqa had registered its CPU attention (kvqa.attention)."""
+    previous = model.config._attn_implementation
+    if previous == GROUPED_SDPA:
+        model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        if previous == GROUPED_SDPA:
+            model.set_attn_implementation(previous)
