@@ -830,9 +830,17 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr)
     print(f"kvqa: {info.model} on {info.device} ({info.dtype}), {info.kind} engine, loaded in {info.load_s:.1f} s")
     page = served.build() if served is not kvqa_app else demo
-    page.queue(default_concurrency_limit=args.concurrency, max_size=args.queue_size)
-    page.launch(server_name=args.host, server_port=args.port, share=args.share, auth=auth, show_error=False,
-                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.i18n)
+    serve(page, served, concurrency=args.concurrency, queue_size=args.queue_size, host=args.host, port=args.port,
+          share=args.share, auth=auth)
+
+
+def serve(page: gr.Blocks, served: KvqaApp, *, concurrency: int, queue_size: int, host: str, port: int,
+          share: bool = False, auth=None, **launch) -> None:
+    """Serve the page as `python app.py` does: `concurrency` answers at once, at most `queue_size` waiting (more are
+    turned away), uploads up to the configured size, and an unexpected error's text never sent to the browser."""
+    page.queue(default_concurrency_limit=concurrency, max_size=queue_size)
+    page.launch(server_name=host, server_port=port, share=share, auth=auth, show_error=False,
+                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.i18n, **launch)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""The app served as `python app.py` serves it (app.serve), spoken to over raw HTTP: an unexpected error's text never
+reaches the client, a full queue turns requests away, an upload over the size limit is refused (the fake engine
+stands in for the model)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import httpx
+import pytest
+from fakes import FakeEngine
+
+import app as app_module
+from kvqa.budget import CacheBudget
+from kvqa.config import Config
+
+
+class GatedEngine(FakeEngine):
+    """Reads a document only when the gate opens: a request can be held in progress as long as the test wants."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate, self.entered = threading.Event(), threading.Event()
+
+    def prefill(self, document, **kwargs):
+        self.entered.set()
+        self.gate.wait(timeout=60)
+        return super().prefill(document, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served():
+    """A fresh app on loopback with a queue of one, a 1 MB upload limit and a gated engine."""
+    engine = GatedEngine()
+    kvqa_app = app_module.KvqaApp(Config(max_file_mb=1), engine, budget=CacheBudget(2**30))
+    page = kvqa_app.build()
+    port = free_port()
+    app_module.serve(page, kvqa_app, concurrency=1, queue_size=1, host="127.0.0.1", port=port,
+                     prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/", kvqa_app, engine
+    finally:
+        engine.gate.set()
+        page.close()
+
+
+def call(http: httpx.Client, api: str, data: list) -> str:
+    """POST gradio_api/call/<api>, then read its event stream to the end: the reply as text."""
+    posted = http.post(f"gradio_api/call/{api}", json={"data": data})
+    if posted.status_code != 200:
+        return posted.text
+    event = posted.json()["event_id"]
+    with http.stream("GET", f"gradio_api/call/{api}/{event}") as response:
+        return "\n".join(response.iter_lines())
+
+
+def test_an_unexpected_error_says_nothing_of_its_internals(served, monkeypatch):
+    url, kvqa_app, engine = served
+    engine.gate.set()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("internal detail /srv/secret/path")
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        assert "prefilled" in call(http, "prefill", [None, "A short document about ferries.", None])
+        monkeypatch.setattr("app.document_from_text", broken)  # /prefill now fails inside, as a bug would
+        reply = call(http, "prefill", [None, "Another document about ferries.", None])
+    assert "event: error" in reply and "internal detail" not in reply and "Traceback" not in reply
+
+
+def test_a_full_queue_turns_requests_away(served):
+    url, kvqa_app, engine = served
+    replies: dict[int, str] = {}
+
+    def ask(n: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            replies[n] = call(http, "prefill", [None, f"Document number {n} about ferries.", None])
+
+    first = threading.Thread(target=ask, args=(1,))
+    first.start()
+    assert engine.entered.wait(timeout=30)  # the first request is being worked on
+    second = threading.Thread(target=ask, args=(2,))
+    second.start()
+    with httpx.Client(base_url=url, timeout=30) as http:  # wait until the second one waits in the queue
+        for _ in range(300):
+            status = http.get("gradio_api/queue/status").json()
+            if status.get("queue_size", 0) >= 1:
+                break
+            threading.Event().wait(0.05)
+        third = call(http, "prefill", [None, "Document number 3 about ferries.", None])
+    assert "queue is full" in third.lower(), third  # the third is turned away, with a message
+    engine.gate.set()
+    first.join(60)
+    second.join(60)
+    assert "prefilled" in replies[1] and "prefilled" in replies[2]  # the others are served
+
+
+def test_an_upload_over_the_limit_is_refused(served):
+    url, kvqa_app, engine = served
+    engine.gate.set()
+    with httpx.Client(base_url=url, timeout=60) as http:
+        too_big = http.post("gradio_api/upload", files={"files": ("big.txt", b"x" * (2 * 2**20), "text/plain")})
+        small = http.post("gradio_api/upload", files={"files": ("small.txt", b"ferries", "text/plain")})
+    assert too_big.status_code == 413, too_big.text
+    assert small.status_code == 200 and json.loads(small.text)
