@@ -10,9 +10,9 @@ import threading
 
 import httpx
 import pytest
-from fakes import FakeEngine
 
 import app as app_module
+from fakes import FakeEngine
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
 
