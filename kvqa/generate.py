@@ -164,6 +164,13 @@ def stream(
     return AnswerStream(with_sources(pieces, doc.document, question))
 
 
+def decoding(config: Config) -> dict:
+    """How answers are decoded and what their turn quotes, from the settings: the keyword options of stream() and
+    stream_without_cache(), built in one place for every engine."""
+    return {"temperature": config.temperature, "seed": config.seed, "repeat_stop": config.repeat_stop,
+            "draft": config.draft_tokens, "quote": config.quote_passages}
+
+
 def _answer_on_cache(lm, doc, question, ids, **options) -> Generator[str, None, Answer]:
     """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end."""
     if not doc.lock.acquire(blocking=False):

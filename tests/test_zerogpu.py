@@ -24,6 +24,11 @@ from kvqa.session import Session
 from kvqa.store import KVStore
 
 CONFIG = kvqa.Config(max_new_tokens=16)
+
+
+def local_answer(lm, doc, question: str) -> tuple[int, ...]:
+    """What the local engine answers with the same settings (the passage quoted, as on ZeroGPU): the reference."""
+    return LocalEngine(CONFIG, lm=lm).stream(doc, question).answer.token_ids
 TEXT = "The secret word is pelican. The museum opens at 9 am. " * 10
 
 
@@ -90,7 +95,7 @@ def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(defaul
     local = kvqa.prefill(default_lm, document, config=CONFIG)
     for question in ["What is the secret word?", "When does the museum open?", "秘密的词是什么？"]:
         answer = session.ask(question).answer
-        assert answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+        assert answer.token_ids == local_answer(default_lm, local, question)
     names = [name for name, _ in fake_spaces["durations"]]
     assert names == ["_prefill_on_gpu"] + ["_stream_on_gpu"] * 3
     assert fake_spaces["tensors"] and set(fake_spaces["tensors"]) == {"cpu"}  # no CUDA tensor ever crossed
@@ -197,7 +202,7 @@ def test_with_a_store_answers_get_a_key_and_no_cache_crosses(default_lm, fake_sp
     local = kvqa.prefill(default_lm, kvqa.document_from_text(TEXT), config=CONFIG)
     for question, answer in zip(QUESTIONS, answers):
         assert answer.token_ids == pickling.ask(question).answer.token_ids
-        assert answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+        assert answer.token_ids == local_answer(default_lm, local, question)
 
 
 @pytest.mark.parametrize("fault", ["missing", "damaged"])
@@ -217,7 +222,7 @@ def test_a_missing_or_damaged_file_falls_back_to_pickling(default_lm, fake_space
     with caplog.at_level(logging.WARNING):
         for question in QUESTIONS:
             crossed = len(fake_spaces["tensors"])
-            assert session.ask(question).answer.token_ids == kvqa.answer(default_lm, local, question).token_ids
+            assert session.ask(question).answer.token_ids == local_answer(default_lm, local, question)
             assert len(fake_spaces["tensors"]) > crossed  # the cache crossed
     expected = ["_stream_on_gpu"] * (len(QUESTIONS) + (fault == "damaged"))
     assert calls_after(fake_spaces, calls) == expected  # one call more only when the GPU side found it damaged

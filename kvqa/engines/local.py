@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from ..config import Config
 from ..documents import Document
-from ..generate import guarantee, prefill, stream, stream_without_cache
+from ..generate import decoding, guarantee, prefill, stream, stream_without_cache
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..results import AnswerStream, PrefilledDocument
@@ -51,18 +51,15 @@ class LocalEngine:
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None,
                history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, temperature=self.config.temperature,
-                      seed=self.config.seed, should_stop=should_stop, repeat_stop=self.config.repeat_stop,
-                      draft=self.config.draft_tokens, history=history, quote=self.config.quote_passages)
+        return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, should_stop=should_stop, history=history,
+                      **decoding(self.config))
 
     def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,
-                                    max_new_tokens=max_new_tokens, temperature=self.config.temperature,
-                                    seed=self.config.seed, should_stop=should_stop,
-                                    repeat_stop=self.config.repeat_stop, draft=self.config.draft_tokens,
-                                    history=history, quote=self.config.quote_passages)
+                                    max_new_tokens=max_new_tokens, should_stop=should_stop, history=history,
+                                    **decoding(self.config))
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         """How many of the latest turns of `history` fit before the question in the room the cache keeps."""

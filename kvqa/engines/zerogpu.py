@@ -26,7 +26,15 @@ import torch
 from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
-from ..generate import guarantee, out_of_memory_as_error, prefill_steps, prefix_of, stream, stream_without_cache
+from ..generate import (
+    decoding,
+    guarantee,
+    out_of_memory_as_error,
+    prefill_steps,
+    prefix_of,
+    stream,
+    stream_without_cache,
+)
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..restore import cache_key, restore
@@ -109,8 +117,7 @@ def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, co
     else:
         doc = _to(source, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     doc = replace(doc, prompt=replace(doc.prompt, tokenizer=lm.tokenizer))
-    pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, temperature=config.temperature, seed=config.seed,
-                    repeat_stop=config.repeat_stop, draft=config.draft_tokens, history=history)
+    pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, history=history, **decoding(config))
     yield from pieces
     yield pieces.answer
 
@@ -119,8 +126,7 @@ def _answer_without_cache_on_gpu(document: Document, question: str, config: Conf
                                  max_new_tokens: int | None, history: tuple = ()) -> Answer:
     lm = load_model(config)
     return stream_without_cache(lm, document, question, config=config, prompt=prompt, max_new_tokens=max_new_tokens,
-                                temperature=config.temperature, seed=config.seed, repeat_stop=config.repeat_stop,
-                                draft=config.draft_tokens, history=history).answer
+                                history=history, **decoding(config)).answer
 
 
 def _to(doc: PrefilledDocument, device) -> PrefilledDocument:
