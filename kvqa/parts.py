@@ -20,7 +20,7 @@ from .sources import best_sentence, scored_evidence
 
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
-ROUTE_THRESHOLD = 0.5  # ... of those scoring at least this share of the best
+ROUTE_THRESHOLD = 0.8  # ... of those scoring at least this share of the best (docs/quality.md)
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 
 
@@ -182,9 +182,10 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
 
 def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0) -> int:
     """The index of the part that holds the document's passages best matching the question: each of the best
-    ROUTE_PASSAGES passages (as evidence ranks them) scoring at least half the best one adds its BM25 score to each
-    part, times the share of its best-matching sentence inside that part (a passage may run over a paragraph that
-    two parts share); `current` when it scores as well as any, or nothing matches."""
+    ROUTE_PASSAGES passages (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one adds its BM25
+    score to each part, times the share of its best-matching sentence inside that part (a passage may run over a
+    paragraph two parts share); `current` when it scores as well as any, or nothing matches. Near-duplicates below
+    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed)."""
     if len(parts) < 2:
         return 0
     spans = [_offsets(document, a, b) for a, b, _ in parts]

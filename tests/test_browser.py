@@ -217,3 +217,27 @@ def test_the_source_on_its_page_and_the_conversation_downloaded(server, browser,
         assert f"## 1. {question}" in exported[".md"]
     finally:
         context.close()
+
+
+def test_a_document_longer_than_the_model_reads_answers_from_the_right_part(server, browser):
+    """A pasted text of about 14k tokens (the default model reads 7,424 with its reserve) is cut into parts; a question
+    about its end is answered from the part that holds it, and the page says so."""
+    sample = (ASSETS / "declaration-of-independence.md").read_text()
+    sections = [f"## Section {n}\n\nThe harbour master of section {n} is called Captain{n}x.\n\n{sample}"
+                for n in range(1, 9)]
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
+    page = context.new_page()
+    try:
+        page.goto(server)
+        page.locator("#paste textarea").fill("\n\n".join(sections))
+        page.locator("#read").click()
+        status = page.locator("#doc-status")
+        status.get_by_text("cut into").wait_for(timeout=240_000)
+        assert "read now: characters 1-" in status.inner_text()
+        answer = ask(page, "Who is the harbour master of section 8?", 0)
+        assert "From characters" in answer
+        page.locator("#doc-status").get_by_text("Answering from part").wait_for(timeout=60_000)
+        summary = page.locator("#latency-summary").inner_text()
+        assert "Parts read, of" in summary and summary.count("(read now:") == 2
+    finally:
+        context.close()

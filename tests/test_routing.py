@@ -143,3 +143,15 @@ def test_before_reading_a_long_document_says_how_many_parts_it_makes():
     short = document_from_text("A short note about the ferry.")
     kvqa_app.read(short, session, None, lambda fraction, desc=None: said.append(desc))
     assert "parts" not in said[-1]
+
+
+def test_many_near_duplicates_do_not_outvote_the_best_passage():
+    """Sections that repeat one sentence with one word changed: the section the question names wins, though four
+    others match it almost as well in the first part."""
+    text = "\n\n".join(f"## Section {n}\n\nThe harbour master of section {n} is called Captain{n}x. "
+                       + " ".join(f"Filler{n}w{i} goes on." for i in range(300)) for n in range(1, 9))
+    document = document_from_text(text)
+    half = text.index("## Section 6")
+    parts = [(1, half, 0), (half - 20, len(text), 0)]
+    assert route(document, parts, "Who is the harbour master of section 8?") == 1
+    assert route(document, parts, "Who is the harbour master of section 2?") == 0
