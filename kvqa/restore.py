@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -30,19 +31,31 @@ def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
 
 def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, weights: str, config: Config = Config(),
                        progress: Callable[[float], None] | None = None,
-                       admit: Callable[[int], None] | None = None) -> PrefilledDocument:
+                       admit: Callable[[int], None] | None = None,
+                       restore_if: Callable[[int, int], bool] | None = None) -> PrefilledDocument:
     """The document's PrefilledDocument, restored from the store (cache_source "disk", prefill_s the time the
-    restore took) or prefilled (cache_source "prefill") and then stored in the background."""
+    restore took) or prefilled (cache_source "prefill") and then stored in the background. restore_if(tokens,
+    file_bytes): whether restoring a stored file is worth it here (else the document is read again, its file kept)."""
     prompt, ids = prefix_of(lm, document, config=config)
     if admit is not None:  # once, for either way: the cache is the same size
         admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + config.reserve_tokens))
     key = cache_key(lm, document, weights=weights)
-    restored = restore(lm, document, store, key, prefix=(prompt, ids), config=config)
-    if restored is not None:
-        return restored
+    stored = _size(store.path(key))
+    if stored is None or restore_if is None or restore_if(len(ids), stored):
+        restored = restore(lm, document, store, key, prefix=(prompt, ids), config=config)
+        if restored is not None:
+            return restored
     doc = prefill(lm, document, config=config, progress=progress, prefix=(prompt, ids))  # admitted above
-    store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)  # views, not copies
+    if stored is None:  # a file that is there stays as it is
+        store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)  # views
     return doc
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, *, prefix: tuple[ChatPrompt, list[int]],

@@ -344,3 +344,23 @@ def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
     store = store_for(kvqa.Config(cache_dir=tmp_path))
     assert store is not None and store.folder == tmp_path / "store"
     assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=0)) is None
+
+
+def test_the_engine_restores_or_reads_whichever_it_has_done_faster(tiny_lm, tmp_path):
+    """Rates are learnt from what the engine did; with none known it restores. A disk slower than reading (as a slow
+    disk beside a fast GPU would be) makes it read again, and the file stays for later."""
+    engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
+    assert engine.read_rate == pytest.approx(fresh.tokens / fresh.prefill_s) and engine.restore_rate is None
+    restored = engine.prefill(DOC)
+    assert restored.cache_source == "disk" and engine.restore_rate > 0  # measured now
+    file_bytes = stored_file(engine).stat().st_size
+    assert engine.restore_is_faster(fresh.tokens, file_bytes) == (
+        file_bytes / engine.restore_rate <= fresh.tokens / engine.read_rate)
+    engine.restore_rate = 1.0  # a byte a second: reading is faster
+    read_again = engine.prefill(DOC)
+    assert read_again.cache_source == "prefill" and read_again.read_s is None
+    engine.store.flush()
+    assert [stored_file(engine)] == engine.store.entries()  # the file was kept, not written again
+    assert_same_cache(fresh, read_again)
+    engine.read_rate = 1e-9  # reading takes forever: restoring is faster again
+    assert engine.prefill(DOC).cache_source == "disk"

@@ -45,7 +45,7 @@ def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[in
     with tempfile.TemporaryDirectory(prefix="kvqa-store-bench-") as folder:
         for n, (document, ids) in enumerate(documents):
             store = KVStore(os.path.join(folder, str(n)), 2**40)
-            engine = StoredLocalEngine(config, lm=lm, store=store)
+            engine = StoredLocalEngine(config, lm=lm, store=store, choose=False)  # restores, to time them
             say(f"prefill at {len(ids):,} tokens ...")
             fresh = engine.prefill(document)
             write_started = time.perf_counter()
