@@ -111,7 +111,8 @@ class Session:
         read = self.document.part if self.document is not None else None
         if read is None or len(self.parts) < 2:
             return 0
-        return next((i for i, (a, b, _) in enumerate(self.parts) if (a, b) == (read.first, read.last)), 0)
+        # by its first unit: a part whose prompt came out a few tokens over is read a unit shorter (prefill_part)
+        return next((i for i, (a, _, _) in enumerate(self.parts) if a == read.first), 0)
 
     def _read_part_for(self, question: str, progress) -> bool:
         """Route the question to the part of a long document that holds its best-matching passages, reading that
