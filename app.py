@@ -143,12 +143,17 @@ def latency_table(session: Session | None, lang: str = "en") -> dict:
     return {"headers": headers, "data": rows}
 
 
-def latency_summary(session: Session | None, lang: str = "en") -> str:
+def latency_summary(session: Session | None, lang: str = "en", *, estimate: float | None = None) -> str:
+    """The latency panel's line: how the cache was had (against `estimate`, the read time expected before reading,
+    when there was one), the median time to first token and the first-token speedup."""
     if session is None or session.prefilled is None:
         return say("latency.empty", lang)
     doc = session.prefilled
     # read now, restored from disk, or shared: what it took here
-    ready = say("latency.ready", lang, origin=render(cache_origin(session), lang))
+    origin = render(cache_origin(session), lang)
+    if estimate is not None and session.cache_source == "prefill":
+        origin += say("status.estimated", lang, seconds=estimate)
+    ready = say("latency.ready", lang, origin=origin)
     if not session.turns:
         return say("latency.ask_to_compare", lang, ready=ready) + parts_read(session, lang)
     ttfts = [t.timings.ttft_s for t in session.turns if t.timings.new_tokens]
@@ -358,7 +363,8 @@ class KvqaApp:
     def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> dict:
         """Everything that shows the session, by component."""
         return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
-                self.chat: chat_messages(session, lang), self.summary: latency_summary(session, lang),
+                self.chat: chat_messages(session, lang),
+                self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
                 self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)} | self.evidence(
                     session, None, lang)
 
@@ -395,6 +401,17 @@ class KvqaApp:
     def on_evidence(self, pick, session, lang="en") -> dict:
         """UI: show another source in the evidence viewer."""
         return self.evidence(session, pick, lang)
+
+    def on_chat_select(self, session, lang="en", selected: gr.SelectData = None) -> dict:
+        """UI: a click on a message shows its turn's first source in the evidence viewer."""
+        index = selected.index if selected is not None else None
+        index = index[0] if isinstance(index, (list, tuple)) else index
+        if session is None or not isinstance(index, int):
+            return {}
+        turn = index // 2  # a user message, then its answer, per turn of the conversation
+        if not 0 <= turn < len(session.conversation()) or not session.conversation()[turn].sources:
+            return {}
+        return self.evidence(session, f"{turn}:0", lang)
 
     def relabel(self, lang: str) -> dict:
         """The page's fixed texts in `lang`, by component."""
@@ -743,9 +760,10 @@ class KvqaApp:
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
             export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")
-            self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang],
-                                     [self.evidence_pick, self.evidence_page, self.evidence_text],
+            viewer = [self.evidence_pick, self.evidence_page, self.evidence_text]
+            self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang], viewer,
                                      api_visibility="private")
+            self.chat.select(self.on_chat_select, [self.state, lang], viewer, api_visibility="private")
             everything = shown + [self.part, self.promise_box, *self._fixed]
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
             lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")

@@ -81,6 +81,8 @@ def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
     session, _ = kvqa_app.read(second, session, None, progress)
     assert f"1,200 tokens: about {cost.seconds(1200):.1f} s (from this model's last read here)" in said[-1]
     assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in kvqa_app.status_markdown(session)
+    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in app_module.latency_summary(
+        session, estimate=kvqa_app.estimates[session])
     assert f"读取前估计 {cost.seconds(1200):.1f} 秒" in kvqa_app.status_markdown(session, "zh")
 
 

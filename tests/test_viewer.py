@@ -153,3 +153,19 @@ def test_a_pdf_that_cannot_be_rendered_says_so_and_shows_the_text(tmp_path):
     assert panels[kvqa_app.evidence_page]["visible"] is False
     assert "cannot be shown as an image" in panels[kvqa_app.evidence_text]
     assert "ferry leaves at nine" in panels[kvqa_app.evidence_text]
+
+
+def test_clicking_an_answer_shows_its_first_source():
+    kvqa_app = viewer_app()
+    session, _ = kvqa_app.read(kvqa.document_from_text("Apples grow in the orchard.\n\nThe ferry leaves at nine."),
+                               None, None, lambda *a, **k: None)
+    session.ask("When does the ferry leave?").answer  # noqa: B018
+    session.ask("What grows in the orchard?").answer  # noqa: B018
+
+    def click(index):
+        return kvqa_app.on_chat_select(session, "en", app_module.gr.SelectData(None, {"index": index, "value": ""}))
+
+    first = click(1)  # the first answer (messages: question, answer, question, answer)
+    assert first[kvqa_app.evidence_pick]["value"] == "0:0" and "ferry leaves at nine" in first[kvqa_app.evidence_text]
+    assert click(2)[kvqa_app.evidence_pick]["value"] == "1:0"  # its question shows the same turn
+    assert click(9) == {} and kvqa_app.on_chat_select(None, "en", None) == {}
