@@ -31,7 +31,7 @@ from kvqa.engines import Engine, make_engine
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
-from kvqa.parts import parse_range, planned_parts, select, unit_name
+from kvqa.parts import parse_range, planned_parts, select, unit_name, unit_total
 from kvqa.presets import offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -173,7 +173,7 @@ def parts_read(session: Session, lang: str = "en") -> str:
     """For a document cut into parts: each part read so far, once, with how it was had and what that took."""
     if len(session.parts) < 2 or not session.part_reads:
         return ""
-    unit, total = unit_name(session.source), len(session.source.page_starts) or len(session.source.text)
+    unit, total = unit_name(session.source), unit_total(session.source)
     reads = [f"{render(Message(f'part.{unit}', first=a, last=b, total=total), lang)} ({render(origin, lang)})"
              for (a, b), origin in session.part_reads.items()]
     return " " + say("latency.parts", lang, count=len(session.parts), reads="; ".join(reads))
@@ -376,10 +376,11 @@ class KvqaApp:
             return {self.evidence_pick: gr.update(choices=[], value=None), self.evidence_page: gr.update(
                 value=None, visible=False), self.evidence_text: say("evidence.none", lang)}
         values = [v for _, v in choices]
-        pick = pick if pick in values else next((v for _, v in choices if v.endswith(":0") and
-                                                 v.startswith(f"{len(session.conversation()) - 1}:")), values[-1])
+        conversation = session.conversation()
+        latest = f"{len(conversation) - 1}:0"  # the latest answer's first source, when it has one
+        pick = pick if pick in values else latest if latest in values else values[-1]
         t, n = (int(x) for x in pick.split(":"))
-        turn = session.conversation()[t]
+        turn = conversation[t]
         source = turn.sources[n]
         page, note = None, ""
         pdf = self.pdfs.get(session)
@@ -529,7 +530,7 @@ class KvqaApp:
             return {}
         part = session.document.part
         value = f"{part.first}-{part.last}" if part else ""
-        total = len(source.page_starts) if source.page_starts else len(source.text)
+        total = unit_total(source)
         label = say("part.label", lang, unit=Message(f"unit.{unit_name(source)}"), total=total)
         return {self.part: gr.update(label=label, value=value)}
 

@@ -48,7 +48,7 @@ def config_from(args: argparse.Namespace) -> Config:
 def _ask(args: argparse.Namespace) -> int:
     from .documents import combine, decode_text, document_from_text, load_documents
     from .engines import make_engine
-    from .export import FORMAT, answer_dict, document_dict, part_dict
+    from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
     from .messages import Message
     from .parts import notice, parse_range, prefill_part, prefill_parts, route, select
     from .store import store_for
@@ -96,8 +96,7 @@ def _ask(args: argparse.Namespace) -> int:
         doc, parts = prefill_parts(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
                                    first=part[0] if part else None, last=part[1] if part else None)
         read = doc.document  # the document, or the part of it that fits the model
-        unit = "pages" if document.page_starts else "characters"
-        result["parts"] = [{"unit": unit, "first": a, "last": b, "tokens": tokens} for a, b, tokens in parts]
+        result["parts"] = parts_list(document, parts)
     said = notice(read, document, asked=part, parts=1 if args.no_cache else len(parts))
     if said:
         print(f"kvqa: {said}", file=sys.stderr)

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 
 from .documents import Document, Part
+from .parts import unit_name, unit_total
 from .sources import Source, source_dict
 from .timing import Timings
 
@@ -23,8 +24,12 @@ def part_dict(part: Part | None, document: Document) -> dict:
     """The part an answer came from, 1-based and inclusive, in the document as loaded (all of it when whole)."""
     if part is not None:
         return {"unit": part.unit, "first": part.first, "last": part.last}
-    total = len(document.page_starts) if document.page_starts else len(document.text)
-    return {"unit": "pages" if document.page_starts else "characters", "first": 1, "last": total}
+    return {"unit": unit_name(document), "first": 1, "last": unit_total(document)}
+
+
+def parts_list(document: Document, parts: Sequence[tuple[int, int, int]]) -> list[dict]:
+    """A document's parts (kvqa.parts.prefill_parts: first, last, tokens) as JSON, in its unit."""
+    return [{"unit": unit_name(document), "first": a, "last": b, "tokens": tokens} for a, b, tokens in parts]
 
 
 def document_dict(document: Document) -> dict:
@@ -44,7 +49,6 @@ def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str,
 def session_dict(session) -> dict:
     """A Session's document, parts and every question so far, as JSON (kvqa.session.Session)."""
     info, doc, source = session.engine.info, session.prefilled, session.source
-    unit = "pages" if source.page_starts else "characters"
     return {
         "format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
         "exact_vs_recompute": info.exact_vs_recompute, "guarantee": str(info.guarantee),
@@ -52,7 +56,7 @@ def session_dict(session) -> dict:
         "context_tokens": doc.tokens if doc else 0, "prefill_s": doc.prefill_s if doc else 0.0,
         "read_s": doc.first_read_s if doc else None, "cache_bytes": doc.cache_bytes if doc else 0,
         "cache_source": session.cache_source,
-        "parts": [{"unit": unit, "first": a, "last": b, "tokens": tokens} for a, b, tokens in session.parts],
+        "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
                                 unsupported=t.unsupported, part=part_dict(t.part, source)) for t in session.turns],
     }

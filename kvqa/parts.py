@@ -28,11 +28,16 @@ def unit_name(document: Document) -> str:
     return "pages" if document.page_starts else "characters"
 
 
+def unit_total(document: Document) -> int:
+    """How many of its units (unit_name) the document has: pages of a PDF, characters of a text."""
+    return len(document.page_starts) if document.page_starts else len(document.text)
+
+
 def parse_range(text: str, document: Document) -> tuple[int, int]:
     """'14-27', '14', '14-' (to the end) or '-27' -> (first, last) within the document, 1-based and inclusive;
     raises DocumentError with what to type when it is not a range of this document's pages or characters."""
     unit = unit_name(document)
-    total = len(document.page_starts) if document.page_starts else len(document.text)
+    total = unit_total(document)
     m = re.fullmatch(r"\s*([\d,]*)\s*(?:[-–—]\s*([\d,]*))?\s*", text or "")
     if not m or not (m.group(1) or m.group(2)):
         raise DocumentError("part.not_a_range", text=text, unit=Message(f"unit.{unit}"))
@@ -49,10 +54,9 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
 def select(document: Document, first: int, last: int) -> Document:
     """The document's pages (PDF) or characters (text) first..last, 1-based and inclusive, as a Document."""
     if document.page_starts:
-        starts = document.page_starts
-        end = starts[last] if last < len(starts) else len(document.text)
-        text = document.text[starts[first - 1]: end].lstrip("\n")
-        part = Part("pages", first, last, len(starts))
+        start, end = _offsets(document, first, last)
+        text = document.text[start: end].lstrip("\n")
+        part = Part("pages", first, last, len(document.page_starts))
     else:
         text = document.text[first - 1: last]
         part = Part("characters", first, last, len(document.text))
@@ -106,7 +110,7 @@ def prefill_parts(prefill: Callable[[Document], PrefilledDocument], count_tokens
     """prefill_part(), and the parts first..last is cut into to be read whole, as (first, last, tokens) in the
     document's unit: consecutive runs of whole pages or paragraphs that each fit the model (counted), neighbours
     sharing one page or paragraph, the first one the part read now. One part when it all fits."""
-    whole = (1, len(document.page_starts) if document.page_starts else len(document.text))
+    whole = (1, unit_total(document))
     first, last = first or whole[0], last or whole[1]
     chosen = select(document, first, last)
     try:
@@ -174,8 +178,7 @@ def plan(spans: list[tuple[int, int]], counts: list[int], room: int, *,
 def planned_parts(document: Document, count_tokens: Callable[[str], int], room: int) -> int:
     """How many parts a document makes when `room` tokens (the context less the reserve) are read at a time, before
     reading it: its pages or paragraphs counted as prefill_parts() counts them, around the prompt's own tokens."""
-    total = len(document.page_starts) if document.page_starts else len(document.text)
-    spans = units(document, 1, total, max_chars=max(100, min(MAX_UNIT_CHARS, room // 4)))
+    spans = units(document, 1, unit_total(document), max_chars=max(100, min(MAX_UNIT_CHARS, room // 4)))
     overhead = count_tokens(system_text("")) + 32
     return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
 
@@ -225,4 +228,4 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
 
 
 __all__ = ["notice", "parse_range", "plan", "planned_parts", "prefill_part", "prefill_parts", "route", "select",
-           "units"]
+           "unit_name", "unit_total", "units"]
