@@ -34,7 +34,9 @@ class Config:
     temperature: float = 0.0  # 0 is greedy: exact and repeatable
     seed: int | None = None  # for sampling (temperature > 0): the same seed gives the same answer
     repeat_stop: int = 12  # end an answer that repeats a span whole over this many tokens ("repeating"); 0: never
+    repetition_penalty: float = 1.0  # > 1: the answer's own tokens are made less likely again (CTRL's rule); 1: off
     draft_tokens: int = 6  # greedy answers check this many tokens guessed from the document per step; 0: off
+    rerank_passages: int = 0  # BM25's best passages for a question the model reorders before quoting; 0: off
     quote_passages: int = 1  # the document's passages that best match a question, quoted in its turn; 0: none
     compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
     max_file_mb: float = 50.0  # largest upload or file read
@@ -74,7 +76,9 @@ ENVIRONMENT = {
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "draft_tokens": "KVQA_DRAFT_TOKENS", "quote_passages": "KVQA_QUOTE_PASSAGES", "compile": "KVQA_COMPILE",
+    "repetition_penalty": "KVQA_REPETITION_PENALTY",
+    "draft_tokens": "KVQA_DRAFT_TOKENS", "quote_passages": "KVQA_QUOTE_PASSAGES",
+    "rerank_passages": "KVQA_RERANK_PASSAGES", "compile": "KVQA_COMPILE",
     "store_mb": "KVQA_STORE_MB",
     "store_dir": "KVQA_STORE_DIR", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
     "engine_api_key": "KVQA_ENGINE_API_KEY", "engine_timeout_s": "KVQA_ENGINE_TIMEOUT",
@@ -150,7 +154,7 @@ def config_from_env(environ, **overrides) -> Config:
     if config.compile not in ("off", "on"):
         raise KvqaError("config.compile", value=config.compile)
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
-    low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens", "store_mb", "quote_passages")
+    low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens", "store_mb", "quote_passages", "rerank_passages")
             if getattr(config, n) < 0]
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
         raise KvqaError("config.not_positive", names=", ".join(low) or "KVQA_CACHE_BUDGET_MB")

@@ -27,6 +27,7 @@ from .memory import release_memory
 from .messages import Message
 from .model import LoadedModel
 from .prompt import ChatPrompt
+from .rerank import passage_order
 from .results import Answer, AnswerStream, PrefilledDocument
 from .sources import find_sources, quotes
 from .support import unsupported
@@ -144,9 +145,11 @@ def stream(
     seed: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     repeat_stop: int = 0,
+    penalty: float = 1.0,
     draft: int = 0,
     history: Sequence[tuple[str, str]] = (),
     quote: int = 0,
+    rerank: int = 0,
 ) -> AnswerStream:
     """Answer from the prefilled cache, streaming; the cache is left as it was. history: earlier (question, answer)
     turns the question follows up on, read after the document (and, like the question, never kept in its cache).
@@ -157,26 +160,31 @@ def stream(
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
+    started = now(lm.device)
+    order = passage_order(lm, doc.document.text, question, rerank)
     ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history,
-                                  quotes=quotes(doc.document.text, question, quote))
+                                  quotes=quotes(doc.document.text, question, quote, order))
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, draft=draft)
-    return AnswerStream(with_sources(pieces, doc.document, question))
+                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, penalty=penalty,
+                              draft=draft, ranked_s=now(lm.device) - started)
+    return AnswerStream(with_sources(pieces, doc.document, question, order))
 
 
 def decoding(config: Config) -> dict:
     """How answers are decoded and what their turn quotes, from the settings: the keyword options of stream() and
     stream_without_cache(), built in one place for every engine."""
     return {"temperature": config.temperature, "seed": config.seed, "repeat_stop": config.repeat_stop,
-            "draft": config.draft_tokens, "quote": config.quote_passages}
+            "penalty": config.repetition_penalty, "draft": config.draft_tokens, "quote": config.quote_passages,
+            "rerank": config.rerank_passages}
 
 
-def _answer_on_cache(lm, doc, question, ids, **options) -> Generator[str, None, Answer]:
-    """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end."""
+def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options) -> Generator[str, None, Answer]:
+    """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end.
+    ranked_s: the time spent choosing the quoted passages, counted in the answer's times."""
     if not doc.lock.acquire(blocking=False):
         raise BusyError("busy.document")
     try:
-        started = now(lm.device)
+        started = now(lm.device) - ranked_s
         with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             return (yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
@@ -199,19 +207,23 @@ def stream_without_cache(
     seed: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     repeat_stop: int = 0,
+    penalty: float = 1.0,
     draft: int = 0,
     same_schedule: bool = False,
     history: Sequence[tuple[str, str]] = (),
     quote: int = 0,
+    rerank: int = 0,
 ) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
     config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
+    started = now(lm.device)
+    order = passage_order(lm, document.text, question, rerank)
     prefix = prompt.prefix_ids(document.text)
     ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history,
-                                       quotes=quotes(document.text, question, quote))
+                                       quotes=quotes(document.text, question, quote, order))
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
@@ -220,12 +232,14 @@ def stream_without_cache(
     capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
     pieces = _answer_from_scratch(lm, chunks, question, capacity=capacity, max_new_tokens=max_new_tokens,
                                   temperature=temperature, seed=seed, should_stop=should_stop,
-                                  repeat_stop=repeat_stop, draft=draft)
-    return AnswerStream(with_sources(pieces, document, question))
+                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft,
+                                  ranked_s=now(lm.device) - started)
+    return AnswerStream(with_sources(pieces, document, question, order))
 
 
-def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, **options) -> Generator[str, None, Answer]:
-    started = now(lm.device)
+def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, ranked_s: float = 0.0,
+                         **options) -> Generator[str, None, Answer]:
+    started = now(lm.device) - ranked_s
     tokens = sum(len(c) for c in chunks)
     with out_of_memory_as_error("doing.answering"):
         cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
@@ -236,13 +250,13 @@ def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, **op
                                            context=[t for chunk in chunks for t in chunk], **options))
 
 
-def with_sources(pieces: Generator[str, None, Answer], document: Document,
-                 question: str) -> Generator[str, None, Answer]:
-    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources) and what it
-    names that the document lacks (kvqa.support)."""
+def with_sources(pieces: Generator[str, None, Answer], document: Document, question: str,
+                 order: Sequence[int] | None = None) -> Generator[str, None, Answer]:
+    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources; `order`: the
+    reranked passages, kvqa.rerank) and what it names that the document lacks (kvqa.support)."""
     answer = yield from pieces
     started = time.perf_counter()
-    found = find_sources(document.text, answer.text, question, pages=document.pages is not None)
+    found = find_sources(document.text, answer.text, question, pages=document.pages is not None, order=order)
     return replace(answer, sources=tuple(found), unsupported=unsupported(answer.text, document.text, question),
                    timings=replace(answer.timings, sources_s=time.perf_counter() - started))
 
@@ -334,20 +348,21 @@ class Drafter:
 
 
 def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
-                    used_cache, should_stop, repeat_stop: int = 0, context: list[int] | None = None,
-                    draft: int = 0) -> Generator[str, None, Answer]:
+                    used_cache, should_stop, repeat_stop: int = 0, penalty: float = 1.0,
+                    context: list[int] | None = None, draft: int = 0) -> Generator[str, None, Answer]:
     """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, returns the Answer.
 
     With draft > 0 and greedy decoding, each step also checks up to `draft` tokens guessed from `context` (the
     prompt's ids) and the answer so far: one forward over [last token, guesses] gives the model's own choice after
     each of them, the guesses it agrees with are kept, and the cache is rolled back past the others. Every kept
     token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never drafts.
-    With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating")."""
+    With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating"). With
+    penalty > 1, each token the answer already holds is made less likely (see penalise), guesses included."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
     tokens: list[int] = []
     text, stop_reason, steps, drafted, rejected = "", "length", 0, 0, 0
     single_s, singles = 0.0, 0  # the one-token steps' time: what a step costs without drafting
-    pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken
+    pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken (none said yet)
     ttft = now(lm.device) - started
     drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None  # indexed after the first token
     digits = number_tokens(lm.tokenizer) if repeat_stop > 0 else frozenset()
@@ -377,7 +392,9 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
         if guesses:
             with torch.no_grad():
                 ids = torch.tensor([[tokens[-1], *guesses]], device=lm.device)  # (1, 1 + k)
-                choices = lm.model(input_ids=ids, cache=cache, use_cache=True).logits[0].argmax(-1).tolist()
+                rows = lm.model(input_ids=ids, cache=cache, use_cache=True).logits[0]  # (1 + k, vocab)
+            choices = [choose(penalise(rows[j: j + 1], [*tokens, *guesses[:j]], penalty), 0.0, None)
+                       for j in range(len(rows))]
             agreed = 0
             while agreed < len(guesses) and guesses[agreed] == choices[agreed]:
                 agreed += 1
@@ -386,7 +403,8 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
             rejected += len(guesses) - agreed
         else:
             step_started = time.perf_counter()
-            pending = [choose(decode_one_token(lm, tokens[-1], cache), temperature, generator)]
+            logits = penalise(decode_one_token(lm, tokens[-1], cache), tokens, penalty)
+            pending = [choose(logits, temperature, generator)]
             single_s, singles = single_s + time.perf_counter() - step_started, singles + 1
     total = now(lm.device) - started
     final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
@@ -399,6 +417,19 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
                       single_step_s=single_s / singles if singles else 0.0)
     return Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
                   stop_reason=stop_reason, used_cache=used_cache)
+
+
+def penalise(logits: torch.Tensor, said: Sequence[int], penalty: float) -> torch.Tensor:
+    """logits (1, vocab) with every token in `said` made less likely: a positive logit divided by penalty, a negative
+    one multiplied (Keskar et al., 2019, CTRL; transformers' repetition_penalty, over the answer's tokens only, not the
+    document's). penalty 1 (or nothing said) returns logits unchanged."""
+    if penalty == 1.0 or not said:
+        return logits
+    seen = torch.tensor(sorted(set(said)), device=logits.device)
+    picked = logits[0, seen]
+    out = logits.clone()
+    out[0, seen] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return out
 
 
 def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> int:

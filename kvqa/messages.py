@@ -456,6 +456,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "origin.prefill": ("read now: {seconds:.2f} s", "刚刚读取：{seconds:.2f} 秒"),
     "origin.disk": ("restored from disk: {seconds:.2f} s", "从磁盘恢复：{seconds:.2f} 秒"),
     "origin.memory": ("shared with another session: {seconds:.2f} s", "与另一个会话共享：{seconds:.2f} 秒"),
+    "origin.ahead": ("read ahead: {seconds:.2f} s", "已预先读取：{seconds:.2f} 秒"),
     "origin.kept": ("still in memory: {seconds:.2f} s", "仍在内存中：{seconds:.2f} 秒"),
     "progress.loading_model": ("Loading {model}", "正在加载 {model}"),
     "progress.reading": ("Reading the document", "正在读取文档"),

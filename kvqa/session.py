@@ -47,6 +47,29 @@ class Turn:
         return self.stop_reason == "stopped"
 
 
+YIELD_WAIT_S = 60.0  # how long a question waits for a part being read ahead to give the model up (one chunk)
+_foreground = 0  # loads and questions running in this process, any session: reading ahead waits while any runs
+_foreground_lock = threading.Lock()
+
+
+class _GiveWay(Exception):
+    """A question, a new document or the session's end wants the model: the part being read ahead is dropped."""
+
+
+class _NoRoom(Exception):
+    """The memory budget has no room for a part read ahead without evicting another cache."""
+
+
+class _Reader:
+    """The memory budget's owner of a part being read ahead: it holds the cache only while reading it."""
+
+    def __init__(self, client: str | None):
+        self.client = client
+
+    def try_evict(self) -> bool:
+        return False
+
+
 def fingerprint(engine: Engine, document: Document) -> str:
     """Same text with the same model means the same cache: no second prefill."""
     return hashlib.sha256(f"{engine.info.model}\0{document.text}".encode()).hexdigest()
@@ -78,6 +101,8 @@ class Session:
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self._busy = threading.Lock()  # one action at a time per session
+        self._wanted = threading.Event()  # a load or a question waits for the part being read ahead (read_ahead)
+        self._reading_ahead = False  # read_ahead holds _busy
         self.closed = False  # close() was called: the session ended and holds no document any more
 
     @property
@@ -131,6 +156,70 @@ class Session:
         self.notice = Message("notice.routed", part=prefilled.document.part.name, name=self.source.name,
                               index=target + 1, parts=len(self.parts))
         return target != current
+
+    def read_ahead(self, on_ready: Callable[[int, int], None] | None = None) -> int:
+        """Read the long document's parts that were not read yet, one at a time, so that a question routed to one
+        finds it ready: each goes into the engine's disk store (engine.info.keeps_caches; nothing is read ahead
+        without one) and leaves memory; a question routed to it restores it. Loads and questions come first, in
+        any session of the process: the part being read is dropped at its next chunk (never used half read) and
+        read again after them. Stops when the session closes or loads another document, or when the memory budget
+        has no room without evicting someone. on_ready(ready, parts) after each part. Returns the parts read."""
+        source, parts = self.source, list(self.parts)
+        if source is None or len(parts) < 2 or self.pinned or not self.engine.info.keeps_caches:
+            return 0
+        reader, read = _Reader(self.client), 0
+        for first, last, _ in parts:
+            while not self._has_part(first):
+                if self.closed or self.source is not source:
+                    return read
+                if self._wanted.is_set() or _foreground or not self._busy.acquire(blocking=False):
+                    time.sleep(0.05)
+                    continue
+                self._reading_ahead = True
+                try:
+                    if self.closed or self.source is not source or self._wanted.is_set():
+                        continue
+                    if not self._read_ahead_one(source, first, last, reader):
+                        return read
+                    read += 1
+                except _GiveWay:
+                    continue
+                finally:
+                    self._reading_ahead = False
+                    self._busy.release()
+            if on_ready is not None:
+                on_ready(sum(self._has_part(a) for a, _, _ in parts), len(parts))
+        return read
+
+    def _has_part(self, first: int) -> bool:
+        """Whether the part starting at unit `first` was read (or restored) for this document."""
+        return any(a == first for a, _ in self.part_reads)
+
+    def _read_ahead_one(self, source: Document, first: int, last: int, reader: _Reader) -> bool:
+        """Read one part into the store (under _busy); False when the budget has no room for it now."""
+        def give_way(fraction: float) -> None:
+            if self._wanted.is_set() or _foreground or self.closed:
+                raise _GiveWay
+
+        def admit(nbytes: int) -> None:
+            if self.budget.used_bytes + nbytes > self.budget.limit_bytes:
+                raise _NoRoom
+            self.budget.admit(nbytes, reader)
+
+        try:
+            prefilled = prefill_part(
+                lambda d: self.engine.prefill(d, progress=give_way, admit=admit if self.budget else None),
+                self.engine.count_tokens, source, first=first, last=last)
+        except _NoRoom:
+            return False
+        finally:
+            if self.budget is not None:
+                self.budget.cancel(reader)
+        part = prefilled.document.part
+        self.part_reads[(part.first, part.last)] = Message("origin.ahead", seconds=prefilled.prefill_s)
+        del prefilled  # kept in the store, not in memory
+        release_memory()
+        return True
 
     def new_conversation(self) -> None:
         """Forget the conversation (follow-ups start again from the document alone); the document stays read."""
@@ -261,12 +350,28 @@ class Session:
 
     @contextmanager
     def _exclusive(self) -> Iterator[None]:
-        if not self._busy.acquire(blocking=False):
-            raise BusyError("busy.session")
+        """One action at a time: a second one is refused, except that reading ahead gives way to a load or a
+        question (which then waits up to YIELD_WAIT_S for it). While any action runs, no session reads ahead."""
+        global _foreground
+        with _foreground_lock:
+            _foreground += 1
         try:
-            yield
+            if not self._busy.acquire(blocking=False):
+                if not self._reading_ahead:
+                    raise BusyError("busy.session")
+                self._wanted.set()
+                try:
+                    if not self._busy.acquire(timeout=YIELD_WAIT_S):
+                        raise BusyError("busy.session")
+                finally:
+                    self._wanted.clear()
+            try:
+                yield
+            finally:
+                self._busy.release()
         finally:
-            self._busy.release()
+            with _foreground_lock:
+                _foreground -= 1
 
 
 def cache_origin(session: Session) -> Message:

@@ -13,6 +13,7 @@ without stopwords; CJK runs become overlapping character pairs, so Chinese needs
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -132,20 +133,39 @@ def scored_evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[i
     return [(*_trim(text, *index.spans[i]), float(scores[i])) for i in _ranked(scores)[:limit]]
 
 
-def quotes(text: str, question: str, n: int) -> list[str]:
-    """The texts of the n passages that best match the question (evidence), to quote in the question's turn."""
-    return [text[a:b] for a, b in evidence(text, question, limit=n)] if n > 0 else []
+def candidates(text: str, question: str, *, limit: int) -> list[tuple[int, str, float]]:
+    """(passage index, text, BM25 score) of the `limit` passages that best match the question, best first: what a
+    reranker (kvqa.rerank) reorders, naming passages by their index as `order` does below."""
+    index = _index(text)
+    scores = _scores(index, question)
+    return [(i, text[slice(*_trim(text, *index.spans[i]))], float(scores[i])) for i in _ranked(scores)[:limit]]
 
 
-def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3) -> list[Source]:
+def quotes(text: str, question: str, n: int, order: Sequence[int] | None = None) -> list[str]:
+    """The texts of the n passages that best match the question (evidence), to quote in the question's turn; with
+    `order` (passage indices, best first, from a reranker), its first n instead."""
+    if n <= 0:
+        return []
+    if order:
+        spans = _index(text).spans
+        return [text[slice(*_trim(text, *spans[i]))] for i in order[:n]]
+    return [text[a:b] for a, b in evidence(text, question, limit=n)]
+
+
+def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3,
+                 order: Sequence[int] | None = None) -> list[Source]:
     """The passages of `text` an answer relies on, best first: ranked by the question, with the answer's words as a
-    second signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. Empty when neither the
-    answer nor the question shares a word with the document."""
+    second signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. `order` (passage indices,
+    best first, from a reranker) reorders the question's ranking: the passages it names take its best scores, in
+    its order. Empty when neither the answer nor the question shares a word with the document."""
     if not text.strip():
         return []
     index = _index(text)
-    asked, said = _scores(index, question), _scores(index, answer)
-    combined = _unit(asked) + ANSWER_WEIGHT * _unit(said)
+    asked, said = _unit(_scores(index, question)), _scores(index, answer)
+    if order:
+        asked = asked.copy()
+        asked[list(order)] = np.sort(asked[list(order)])[::-1]
+    combined = asked + ANSWER_WEIGHT * _unit(said)
     order = _ranked(combined)
     if not order:
         return []

@@ -23,10 +23,15 @@ class FakeEngine:
     kind = "fake"
     OVERHEAD = 10  # the prompt around the document, in tokens
 
-    def __init__(self, context_tokens: int = 8192):
+    def __init__(self, context_tokens: int = 8192, *, keeps_caches: bool = False, chunks: int = 1,
+                 on_chunk: Callable[[Document, int], None] | None = None):
         self.prefills = 0
         self.context_tokens = context_tokens
-        self.read: list[Document] = []  # every document (or part) read, in order
+        self.read: list[Document] = []  # every document (or part) read, in order, whole or not
+        self.keeps_caches = keeps_caches  # a "store": a text read once comes back restored (cache_source "disk")
+        self.stored: set[str] = set()
+        self.chunks = chunks  # progress calls per read
+        self.on_chunk = on_chunk  # called before each of them: tests hold a read there, or act mid-read
 
     def load(self) -> EngineInfo:
         return self.info
@@ -35,7 +40,7 @@ class FakeEngine:
     def info(self) -> EngineInfo:
         return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32",
                           context_tokens=self.context_tokens, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
-                          guarantee=Message("promise.float32"))
+                          guarantee=Message("promise.float32"), keeps_caches=self.keeps_caches)
 
     def count_tokens(self, text: str) -> int:
         return len(text.split())
@@ -47,15 +52,24 @@ class FakeEngine:
             over = tokens + self.OVERHEAD - self.context_tokens
             raise DocumentTooLong("too_long.tokens", tokens=tokens + self.OVERHEAD, limit=self.context_tokens,
                                   context=self.context_tokens, reserve=0, over=over)
-        self.read.append(document)
+        restored = self.keeps_caches and document.text in self.stored
+        if not restored:
+            self.read.append(document)
         if admit is not None:
             admit(BYTES_PER_TOKEN * tokens)
-        self.prefills += 1
-        if progress is not None:
-            progress(1.0)
+        if not restored:
+            for chunk in range(self.chunks):
+                if self.on_chunk is not None:
+                    self.on_chunk(document, chunk)
+                if progress is not None:
+                    progress((chunk + 1) / self.chunks)
+            self.prefills += 1
+            if self.keeps_caches:
+                self.stored.add(document.text)
         return PrefilledDocument(document=document, prompt=None, ids=(), cache=object(),
                                  cache_bytes=BYTES_PER_TOKEN * tokens, prefill_s=0.01, model_name="fake",
-                                 max_question_tokens=512, max_new_tokens=64, token_count=tokens)
+                                 max_question_tokens=512, max_new_tokens=64, token_count=tokens,
+                                 cache_source="disk" if restored else "prefill")
 
     def _answer(self, question: str, used_cache: bool, document: Document) -> Generator[str, None, Answer]:
         words = question.split()[:3]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.generate import Drafter
+from kvqa.generate import Drafter, penalise
 
 DOC = ("Pellacott Instruments was founded in 1994 by Ruth Calloway and Tomas Brandt in the town of Wrenford. "
        "Full-time employees receive twenty-seven days of annual leave. The IT helpdesk is on extension 4417. "
@@ -50,6 +50,22 @@ def test_drafted_answers_are_the_plain_answers(lm):
         assert (k == k0).all() and (v == v0).all()
     if lm.name != "tiny-llama":  # the real model copies from the document: guesses are kept
         assert drafted > 0 and steps > 0
+
+
+def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(default_lm):
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    assert penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]  # said: 0 and 1; others unchanged
+    assert penalise(logits, [0], 1.0) is logits and penalise(logits, [], 2.0) is logits
+    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=40))
+    changed = 0
+    for question in QUESTIONS:
+        plain = kvqa.answer(default_lm, doc, question)
+        penalised = kvqa.answer(default_lm, doc, question, penalty=1.3)
+        drafted = kvqa.answer(default_lm, doc, question, penalty=1.3, draft=6)
+        assert drafted.token_ids == penalised.token_ids, question  # guesses are judged with the penalty too
+        changed += penalised.token_ids != plain.token_ids
+        assert doc.cache.length == doc.tokens
+    assert changed > 0  # the penalty changes answers (this document repeats itself three times)
 
 
 def test_sampling_does_not_draft(tiny_lm):

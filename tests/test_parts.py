@@ -161,7 +161,7 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     history = [("When does the museum open?", first.text)]
     whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,  # quoting as the
                                       prompt=session.prefilled.prompt, history=history,  # engine does
-                                      quote=config.quote_passages)
+                                      quote=config.quote_passages, rerank=config.rerank_passages)
     assert second.token_ids == whole.token_ids and session.turns[-1].follows == 1
     alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?", quote=config.quote_passages)
     assert alone.timings.question_tokens < second.timings.question_tokens  # the follow-up read the first turn

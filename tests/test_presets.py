@@ -15,6 +15,7 @@ from conftest import FIXTURES
 from kvqa.model import prepare
 from kvqa.presets import PRESETS, fitting
 from kvqa.prompt import ChatPrompt, question_turn, system_text
+from kvqa.rerank import passage_order
 from kvqa.sources import quotes
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
@@ -82,7 +83,8 @@ def test_each_preset_answers_from_its_cache_as_transformers_generate_does(preset
     for question in ("How much does it hold?", "它能装多少？"):
         answer = engine.stream(doc, question).answer
         messages = [{"role": "system", "content": system_text(DOCUMENT)},
-                    {"role": "user", "content": question_turn(question, quotes(DOCUMENT, question, 1))}]
+                    {"role": "user", "content": question_turn(question, quotes(
+                        DOCUMENT, question, 1, passage_order(lm, DOCUMENT, question, engine.config.rerank_passages)))}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              date_string=doc.prompt.date_string, enable_thinking=False)
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]

@@ -19,6 +19,7 @@ from ..engines.local import LocalEngine
 from ..generate import decode_one_token, run_chunks
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
+from ..rerank import passage_order
 from ..sources import quotes
 from ..timing import now
 from .errors import BenchError
@@ -110,7 +111,9 @@ def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
                                   pad_token_id=eos[0] if eos else None)
     suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
-                                    quotes=quotes(document.text, q, config.quote_passages)) for q in questions]
+                                    quotes=quotes(document.text, q, config.quote_passages,
+                                                  passage_order(lm, document.text, q, config.rerank_passages)))
+                for q in questions]
     runs, forks, ids_all = [], [], []
     with stock_attention(model), PeakMemory(device) as memory:
         started = now(device)
@@ -165,7 +168,9 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
         doc = engine.prefill(document)
         for question in questions:
             ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens,
-                                          quotes=quotes(document.text, question, engine.config.quote_passages))
+                                          quotes=quotes(document.text, question, engine.config.quote_passages,
+                                                        passage_order(lm, document.text, question,
+                                                                      engine.config.rerank_passages)))
             with torch.no_grad():
                 started = now(device)
                 run_chunks(lm, ids, doc.cache, chunk_size=len(ids))

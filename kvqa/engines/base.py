@@ -24,6 +24,7 @@ class EngineInfo:
     cache_device: str  # where prefilled caches live between questions: what the memory budget measures
     exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
     guarantee: str  # (a kvqa.messages.Message) what is promised about answers in this precision, in a sentence or two
+    keeps_caches: bool = False  # a disk store keeps what it reads: parts of a long document can be read ahead
 
 
 class Engine(Protocol):

@@ -3,12 +3,15 @@ when one is there and checks out, else prefill it and have the file written in t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..config import Config
 from ..documents import Document
 from ..model import LoadedModel
 from ..restore import prefill_or_restore
 from ..results import PrefilledDocument
 from ..store import KVStore, weights_fingerprint
+from .base import EngineInfo
 from .local import LocalEngine
 
 
@@ -23,6 +26,10 @@ class StoredLocalEngine(LocalEngine):
         self._weights: str | None = None
         self.read_rate: float | None = None  # tokens/s of the last read (prefill) here
         self.restore_rate: float | None = None  # file bytes/s of the last restore here
+
+    @property
+    def info(self) -> EngineInfo:
+        return replace(super().info, keeps_caches=True)
 
     @property
     def weights(self) -> str:

@@ -1,0 +1,128 @@
+"""A long document's other parts are read ahead, one at a time, into the engine's store, while the user asks: a
+question takes the model first (the part being read is dropped half read and read again later), a routed question
+then restores its part instead of reading it, and closing the session or loading another document ends the reading.
+The fake engine stands in for the model (a "store" that restores any text it read whole)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fakes import FakeEngine
+from kvqa.budget import CacheBudget
+from kvqa.documents import document_from_text
+from kvqa.session import Session
+from test_routing import TEXT, TOPICS
+
+
+def wait_until(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def session_with(engine: FakeEngine, budget: CacheBudget | None = None) -> Session:
+    session = Session(engine, budget)
+    session.load(document_from_text(TEXT, name="long.txt"))
+    assert len(session.parts) > 2
+    return session
+
+
+def test_every_part_is_read_once_and_a_routed_question_restores_its_part():
+    engine = FakeEngine(context_tokens=120, keeps_caches=True)
+    session = session_with(engine)
+    ready = []
+    read = session.read_ahead(on_ready=lambda done, total: ready.append((done, total)))
+    parts = len(session.parts)
+    assert read == parts - 1 and len(engine.read) == parts  # the first part at load, then each other part once
+    assert ready[-1] == (parts, parts) and [d for d, _ in ready] == sorted(d for d, _ in ready)
+    assert "read ahead" in " ".join(str(m) for m in session.part_reads.values())
+    session.ask(f"What is said about the {TOPICS[7].split()[1]}?").answer  # noqa: B018 - runs the answer
+    assert "Section 7 is about" in session.document.text and session.prefilled.cache_source == "disk"
+    assert len(engine.read) == parts  # restored, not read again
+    assert session.read_ahead() == 0  # nothing left to read
+
+
+def test_nothing_is_read_ahead_without_a_store_or_for_a_pinned_part():
+    engine = FakeEngine(context_tokens=120)
+    session = session_with(engine)
+    assert session.read_ahead() == 0 and len(engine.read) == 1
+    stored = FakeEngine(context_tokens=120, keeps_caches=True)
+    pinned = Session(stored)
+    pinned.load(document_from_text(TEXT, name="long.txt"), part=(1, 400))
+    assert pinned.read_ahead() == 0 and len(stored.read) == 1
+
+
+def test_a_question_takes_the_model_and_the_half_read_part_is_read_again_whole():
+    hold, asked, answered = threading.Event(), threading.Event(), threading.Event()
+    engine = FakeEngine(context_tokens=120, keeps_caches=True, chunks=3)
+    session = session_with(engine)
+
+    def on_chunk(document, chunk):
+        if len(engine.read) == 2 and chunk == 1 and not hold.is_set():  # the first part read ahead, half way
+            hold.set()
+            assert asked.wait(10)
+    engine.on_chunk = on_chunk
+    reader = threading.Thread(target=session.read_ahead)
+    reader.start()
+    assert hold.wait(10)
+
+    def ask():
+        session.ask(f"What is said about the {TOPICS[0].split()[1]}?").answer  # noqa: B018
+        answered.set()
+    asker = threading.Thread(target=ask)
+    asker.start()
+    assert wait_until(session._wanted.is_set)  # the question waits for the reader to give way
+    asked.set()
+    asker.join(10)
+    reader.join(10)
+    assert answered.is_set() and not reader.is_alive()
+    half = engine.read[1]
+    assert [d.text for d in engine.read].count(half.text) == 2  # dropped half read, then read again whole
+    assert session.turns[-1].answer and len(session.part_reads) == len(session.parts)
+
+
+def test_closing_the_session_mid_read_ends_the_reading_and_frees_the_budget():
+    budget = CacheBudget(2**30)
+    engine = FakeEngine(context_tokens=120, keeps_caches=True, chunks=3)
+    session = session_with(engine, budget)
+
+    def on_chunk(document, chunk):
+        if len(engine.read) == 2 and chunk == 1:
+            session.close()
+    engine.on_chunk = on_chunk
+    assert session.read_ahead() == 0
+    assert len(engine.read) == 2 and len(engine.stored) == 1  # the half part was never kept
+    assert budget.used_bytes == 0 and session.prefilled is None
+
+
+def test_loading_another_document_ends_the_reading_of_the_first():
+    engine = FakeEngine(context_tokens=120, keeps_caches=True, chunks=2)
+    session = session_with(engine)
+    started = threading.Event()
+
+    def on_chunk(document, chunk):
+        if not started.is_set():
+            started.set()
+            assert wait_until(session._wanted.is_set)  # the load waits for the reader to give way
+    engine.on_chunk = on_chunk
+    reader = threading.Thread(target=session.read_ahead)
+    reader.start()
+    assert started.wait(10)
+    session.load(document_from_text("A short note about the harbour ferry.", name="note.txt"))
+    reader.join(10)
+    assert not reader.is_alive() and session.document.text.startswith("A short note")
+    assert all("Section" not in m for m in map(str, session.part_reads.values()))
+    assert session.part_reads == {}
+
+
+def test_no_room_in_the_budget_stops_reading_ahead_without_evicting_anyone():
+    engine = FakeEngine(context_tokens=120, keeps_caches=True)
+    other = Session(engine, budget := CacheBudget(200 * 1024))
+    other.load(document_from_text("word " * 60, name="other.txt"))  # 60 "tokens" of 1 KiB
+    session = session_with(engine, budget)
+    assert session.read_ahead() == 0  # a part of ~110 tokens does not fit beside the two caches held
+    assert other.prefilled is not None and session.prefilled is not None
