@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .sources import candidates as ranked_candidates
 from .model import LoadedModel
+from .sources import candidates as ranked_candidates
 
 BM25_WEIGHT = 0.5
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
