@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import html
+import logging
 import os
 import re
 import statistics
@@ -41,6 +42,8 @@ from kvqa.timing import ReadCost
 from kvqa.uploads import uploaded_file
 
 SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
+log = logging.getLogger("kvqa.app")
+AHEAD_TICK_S = 2.0  # how often the status refreshes while a long document's parts are read ahead
 MIN_RATE_TOKENS = 256  # a read shorter than this is mostly fixed costs: its rate would not predict a longer one
 
 
@@ -277,6 +280,7 @@ class KvqaApp:
         self.read_costs: dict[str, ReadCost] = {}  # model -> its latest read's cost here, for the next estimate
         self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
         self.pdfs: weakref.WeakKeyDictionary[Session, bytes] = weakref.WeakKeyDictionary()  # a PDF's own bytes
+        self.reading_ahead: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions whose parts are read ahead now
 
     @property
     def budget(self) -> CacheBudget:
@@ -351,11 +355,13 @@ class KvqaApp:
         cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
         memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
+        parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
             f"- {say('status.model', lang, model=info.model, device=info.device, dtype=info.dtype, reason=reason)}\n"
             f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
             f"- {render(cache_origin(session), lang)}{rate}\n"
+            f"{parts}"
             f"- {cache}\n"
             f"- {memory}"
         )
@@ -363,6 +369,7 @@ class KvqaApp:
     def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> dict:
         """Everything that shows the session, by component."""
         return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
+                self.ahead_timer: gr.Timer(active=session is not None and session in self.reading_ahead),
                 self.chat: chat_messages(session, lang),
                 self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
                 self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)} | self.evidence(
@@ -475,6 +482,7 @@ class KvqaApp:
         changed = session.load(document, part=part, progress=tick)
         doc = session.prefilled
         if changed:
+            self.read_ahead(session)
             self.estimates.pop(session, None)
             if doc is not None and session.cache_source == "prefill":
                 if estimate is not None:
@@ -483,6 +491,36 @@ class KvqaApp:
                 if cost is not None:
                     self.read_costs[session.engine.info.model] = cost
         return session, changed
+
+    def read_ahead(self, session: Session) -> bool:
+        """Read a long document's other parts in the background (Session.read_ahead), while the user asks; False
+        when there is nothing to read ahead (one part, a pinned part, or an engine without a disk store)."""
+        if len(session.parts) < 2 or session.pinned or not session.engine.info.keeps_caches:
+            return False
+        self.reading_ahead.add(session)
+
+        def run() -> None:
+            try:
+                session.read_ahead()
+            except KvqaError as e:  # out of memory, the store...: the parts are read when a question needs them
+                log.warning("kvqa: reading ahead stopped: %s", e)
+            finally:
+                self.reading_ahead.discard(session)
+
+        threading.Thread(target=run, name="kvqa-read-ahead", daemon=True).start()
+        return True
+
+    def parts_line(self, session: Session, lang: str = "en") -> str:
+        """For a document cut into parts: how many are ready, and whether the others are being read."""
+        ready, parts = session.parts_ready, len(session.parts)
+        if session in self.reading_ahead:
+            return say("status.ahead", lang, ready=ready, parts=parts)
+        return say("status.ahead_done" if ready == parts else "status.ahead_later", lang, ready=ready, parts=parts)
+
+    def on_tick(self, session, lang="en") -> dict:
+        """UI, every few seconds while parts are read ahead: the status, and the timer stops when they are."""
+        return {self.status: self.status_markdown(session, lang),
+                self.ahead_timer: gr.Timer(active=session is not None and session in self.reading_ahead)}
 
     def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
         """The progress line while a document is read, with the estimate in it: its size (pages, characters,
@@ -743,8 +781,11 @@ class KvqaApp:
                 self.table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
                 self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
 
+            self.ahead_timer = gr.Timer(AHEAD_TICK_S, active=False)  # refreshes the status while parts are read ahead
+            self.ahead_timer.tick(self.on_tick, [self.state, self.lang], [self.status, self.ahead_timer],
+                                  api_visibility="private")
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
-                     self.evidence_page, self.evidence_text]
+                     self.evidence_page, self.evidence_text, self.ahead_timer]
             lang = self.lang
             upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
             read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],

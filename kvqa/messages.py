@@ -451,6 +451,11 @@ CATALOG: dict[str, tuple[str, str]] = {
     "status.cache_size": ("cache size: {mb:,.1f} MB (with room for {reserve:,} question and answer tokens)",
                           "缓存大小：{mb:,.1f} MB（含留给问答的 {reserve:,} 个 token 的空间）"),
     "status.cache_remote": ("cache: kept by the serving engine", "缓存：由推理服务保存"),
+    "status.ahead": ("parts ready: **{ready} of {parts}**; the others are being read in the background (questions "
+                     "come first)", "已就绪的部分：**{ready}/{parts}**；其余部分正在后台读取（提问优先）"),
+    "status.ahead_done": ("parts ready: **all {parts}**", "已就绪的部分：**全部 {parts} 个**"),
+    "status.ahead_later": ("parts ready: **{ready} of {parts}**; the others are read when a question needs them",
+                           "已就绪的部分：**{ready}/{parts}**；其余部分在提问需要时读取"),
     "status.memory": ("memory for all sessions' caches: {used:,.0f} of {limit:,.0f} MB in use",
                       "所有会话的缓存内存：已用 {used:,.0f} MB，共 {limit:,.0f} MB"),
     "origin.prefill": ("read now: {seconds:.2f} s", "刚刚读取：{seconds:.2f} 秒"),

@@ -191,6 +191,11 @@ class Session:
                 on_ready(sum(self._has_part(a) for a, _, _ in parts), len(parts))
         return read
 
+    @property
+    def parts_ready(self) -> int:
+        """How many of the document's parts were read (or restored) here: in memory, or in the store."""
+        return sum(self._has_part(first) for first, _, _ in self.parts)
+
     def _has_part(self, first: int) -> bool:
         """Whether the part starting at unit `first` was read (or restored) for this document."""
         return any(a == first for a, _ in self.part_reads)

@@ -8,8 +8,12 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
+import app as app_module
 from fakes import FakeEngine
 from kvqa.budget import CacheBudget
+from kvqa.config import Config
 from kvqa.documents import document_from_text
 from kvqa.session import Session
 from test_routing import TEXT, TOPICS
@@ -126,3 +130,29 @@ def test_no_room_in_the_budget_stops_reading_ahead_without_evicting_anyone():
     session = session_with(engine, budget)
     assert session.read_ahead() == 0  # a part of ~110 tokens does not fit beside the two caches held
     assert other.prefilled is not None and session.prefilled is not None
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_app_reads_ahead_after_loading_and_the_status_follows(lang):
+    engine = FakeEngine(context_tokens=120, keeps_caches=True, chunks=2)
+    go = threading.Event()
+    engine.on_chunk = lambda document, chunk: go.wait(10) if len(engine.read) > 1 else None  # hold the reading
+    kvqa_app = app_module.KvqaApp(Config(), engine, budget=CacheBudget(2**30))
+    kvqa_app.build()
+    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None,
+                               lang=lang)
+    parts = len(session.parts)
+    ticking = kvqa_app.on_tick(session, lang)
+    assert ticking[kvqa_app.ahead_timer].active is True
+    status = ticking[kvqa_app.status]
+    assert (f"parts ready: **1 of {parts}**; the others are being read" if lang == "en"
+            else f"已就绪的部分：**1/{parts}**；其余部分正在后台读取") in status
+    go.set()
+    assert wait_until(lambda: session not in kvqa_app.reading_ahead)
+    done = kvqa_app.on_tick(session, lang)
+    assert done[kvqa_app.ahead_timer].active is False
+    assert (f"parts ready: **all {parts}**" if lang == "en" else f"全部 {parts} 个") in done[kvqa_app.status]
+    quiet = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    alone, _ = quiet.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    assert alone not in quiet.reading_ahead  # no store: parts are read when a question needs them
+    assert "the others are read when a question needs them" in quiet.status_markdown(alone)
