@@ -49,14 +49,16 @@ def question_likelihood(lm: LoadedModel, passages: Sequence[str], question: str)
         n = len(row) + len(asked)
         ids[i, :n] = torch.tensor(row + asked)
         mask[i, :n] = 1
+    # the output layer only where a question token is predicted: over every position it costs about a fifth of the
+    # forward (a 49k vocabulary on a 135M model)
+    at = torch.stack([torch.arange(len(r) - 1, len(r) - 1 + len(asked)) for r in rows]).to(lm.device)  # (B, Q)
     with torch.no_grad():
-        logits = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), use_cache=False).logits
-    target = torch.tensor(asked, device=lm.device)
-    scores = []
-    for i, row in enumerate(rows):
-        predicted = logits[i, len(row) - 1: len(row) - 1 + len(asked)].float()  # (Q, vocab): each predicts the next
-        scores.append(float(torch.log_softmax(predicted, -1).gather(1, target[:, None]).mean()))
-    return scores
+        hidden = lm.model.base_model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
+                                     use_cache=False).last_hidden_state  # (B, T, D)
+        logits = lm.model.get_output_embeddings()(hidden.gather(1, at[..., None].expand(-1, -1, hidden.shape[-1])))
+    target = torch.tensor(asked, device=lm.device)  # (Q,); logits (B, Q, vocab): each position predicts the next
+    picked = torch.log_softmax(logits.float(), -1).gather(2, target[None, :, None].expand(len(rows), -1, 1))
+    return picked[..., 0].mean(-1).tolist()
 
 
 def rerank(lm: LoadedModel, passages: Sequence[str], bm25: Sequence[float], question: str) -> list[int]:

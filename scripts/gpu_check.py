@@ -64,6 +64,23 @@ def exactness(lm: kvqa.LoadedModel, text: str, contexts: list[int], questions: l
     return rows
 
 
+def rerank_cost(lm: kvqa.LoadedModel, text: str, question: str, *, passages: int = 5) -> float:
+    """Median seconds of kvqa.rerank's scoring of `passages` of the document's passages (about 320 characters each)
+    for a question: the price per question of Config.rerank_passages on this machine."""
+    from kvqa.rerank import question_likelihood
+    from kvqa.sources import passages as cut
+
+    chosen = [text[a:b] for a, b in cut(text)[:passages]]
+    times = []
+    for _ in range(6):  # the first one warms up
+        started = time.perf_counter()
+        question_likelihood(lm, chosen, question)
+        if lm.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
 def summary_lines(result: dict) -> list[str]:
     out = [f"{result['model']} on {result['machine']['gpu'] or result['machine']['cpu']}, "
            f"{result['machine']['dtype']}, torch {result['machine']['torch']}, transformers "
@@ -81,6 +98,9 @@ def summary_lines(result: dict) -> list[str]:
                 f"{r['ttft_over_floor']:.2f}x); "
                 f"decode {r['decode_tokens_per_s']:,.1f} tok/s, step {1000 / r['decode_tokens_per_s']:,.2f} ms vs "
                 f"floor {floor * 1000:,.2f} ms ({100 * floor * r['decode_tokens_per_s']:.0f}% of the bandwidth bound)")
+    if result.get("rerank_s") is not None:
+        out.append(f"reranking 5 passages by question likelihood (Config.rerank_passages): "
+                   f"{result['rerank_s'] * 1000:,.1f} ms per question (median of 5)")
     for r in result["exactness"]:
         out.append(f"exactness at {r['context_tokens']:,} tokens (compiled step, same chunks): answers "
                    f"{'identical' if r['same_answers'] else 'DIFFERENT'}, cache "
@@ -121,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
             lm = dataclasses.replace(lm, decode_step=compiled_decode_step(lm.model, lm.device))
         runs[mode] = run_bench(lm, text, contexts=contexts, questions=questions, config=config, methods=("kvqa",),
                                say=say)
+    say("reranking cost ...")
+    rerank_s = rerank_cost(lm, text, questions[0])
     say("exactness (compiled step) ...")
     result = {"model": lm.name, "machine": machine_info(lm, read_bandwidth(lm.device)), **runs,
-              "exactness": exactness(lm, text, contexts, questions, config)}
+              "rerank_s": rerank_s, "exactness": exactness(lm, text, contexts, questions, config)}
     print("\n".join(summary_lines(result)))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

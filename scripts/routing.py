@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    room = args.context - config.reserve_tokens - count(system_text("")) - 32
+    prompt = count(system_text(""))  # what every read adds around its text: instructions, template
+    room = args.context - config.reserve_tokens - prompt - 32
     rows = []
     for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs), start=1):
         document = document_from_text(text, name=f"{args.squad.stem}-long-{n}")
@@ -90,14 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         for question, at, _ in asked:
             first, last, _ = parts[route(document, parts, question)]
             right += first <= at + 1 <= last
+        # every part read once, each with its own prompt, against one read of the document's tokens and one prompt
+        read = sum(tokens + prompt for _, _, tokens in parts) / (count(text) + prompt)
         rows.append({"doc": document.name, "tokens": count(text), "parts": len(parts), "questions": len(asked),
-                     "routed_right": right})
-        print(f"{document.name}: {rows[-1]['tokens']:,} tokens, {len(parts)} parts, "
-              f"{right}/{len(asked)} questions routed to the part holding the answer", flush=True)
+                     "routed_right": right, "read_ratio": read})
+        print(f"{document.name}: {rows[-1]['tokens']:,} tokens, {len(parts)} parts ({read:.3f}x the tokens of one "
+              f"read), {right}/{len(asked)} questions routed to the part holding the answer", flush=True)
     total = sum(r["questions"] for r in rows)
     right = sum(r["routed_right"] for r in rows)
     print(f"{args.lang}: {len(rows)} documents of {statistics.median(r['tokens'] for r in rows):,.0f} tokens (median), "
-          f"{right}/{total} = {right / max(total, 1):.1%} routed right")
+          f"{right}/{total} = {right / max(total, 1):.1%} routed right; reading every part costs "
+          f"{statistics.median(r['read_ratio'] for r in rows):.3f}x the tokens of one read (median; max "
+          f"{max(r['read_ratio'] for r in rows):.3f}x)")
     return 0
 
 

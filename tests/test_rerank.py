@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 import kvqa
 import kvqa.generate as generate
@@ -50,6 +51,13 @@ def test_a_batch_scores_each_passage_as_it_would_alone(default_lm):
     together = rerank.question_likelihood(default_lm, texts, QUESTION)
     alone = [rerank.question_likelihood(default_lm, [t], QUESTION)[0] for t in texts]
     assert together == pytest.approx(alone, abs=1e-4)  # the padding after shorter rows changes nothing
+    head, tail = rerank._frame(QUESTION)  # and each is the mean log-probability of the question's tokens
+    row = default_lm.tokenizer(head + texts[0] + tail, add_special_tokens=False).input_ids
+    asked = default_lm.tokenizer(QUESTION, add_special_tokens=False).input_ids
+    with torch.no_grad():
+        logits = default_lm.model(input_ids=torch.tensor([row + asked])).logits[0, len(row) - 1: -1]
+    expected = torch.log_softmax(logits.float(), -1)[torch.arange(len(asked)), asked].mean().item()
+    assert together[0] == pytest.approx(expected, abs=1e-4)
     assert len(set(round(s, 3) for s in together)) == len(texts)  # and the passages are told apart
     zh = rerank.question_likelihood(default_lm, ["桥建于1791年。", "集市在星期四。"], "桥是哪一年建成的？")
     assert len(zh) == 2 and all(s < 0 for s in zh)
