@@ -156,3 +156,25 @@ def test_the_app_reads_ahead_after_loading_and_the_status_follows(lang):
     alone, _ = quiet.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     assert alone not in quiet.reading_ahead  # no store: parts are read when a question needs them
     assert "the others are read when a question needs them" in quiet.status_markdown(alone)
+
+
+def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_read_now(tiny_lm, tmp_path):
+    import kvqa
+    from kvqa.engines.stored import StoredLocalEngine
+    from kvqa.store import KVStore
+
+    config = Config(max_new_tokens=8, max_question_tokens=64, chunk_size=256, quote_passages=1)
+    engine = StoredLocalEngine(config, lm=tiny_lm, store=KVStore(tmp_path, 512 * 2**20))
+    text = "\n\n".join(f"Section {n} names the codeword marigold{n}. " + "The harbour wall was repaired. " * 60
+                       for n in range(14))  # about 6,000 tokens: two parts of a 4,096-token context
+    session = Session(engine)
+    session.load(document_from_text(text, name="long.txt"))
+    assert len(session.parts) >= 2 and engine.info.keeps_caches
+    assert session.read_ahead() == len(session.parts) - 1
+    engine.store.flush()
+    assert len(engine.store.entries()) == len(session.parts)  # every part in the store
+    question = "Which section names the codeword marigold13?"
+    answer = session.ask(question).answer
+    assert session.part_index == len(session.parts) - 1 and session.prefilled.cache_source == "disk"
+    fresh = kvqa.LocalEngine(config, lm=tiny_lm).prefill(session.document)  # the same part, read now
+    assert kvqa.answer(tiny_lm, fresh, question, quote=1).token_ids == answer.token_ids
