@@ -161,7 +161,8 @@ def stream(
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
     started = now(lm.device)
-    order = passage_order(lm, doc.document.text, question, rerank)
+    with out_of_memory_as_error("doing.answering"):
+        order = passage_order(lm, doc.document.text, question, rerank)
     ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history,
                                   quotes=quotes(doc.document.text, question, quote, order))
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -220,7 +221,8 @@ def stream_without_cache(
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
     started = now(lm.device)
-    order = passage_order(lm, document.text, question, rerank)
+    with out_of_memory_as_error("doing.answering"):
+        order = passage_order(lm, document.text, question, rerank)
     prefix = prompt.prefix_ids(document.text)
     ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history,
                                        quotes=quotes(document.text, question, quote, order))

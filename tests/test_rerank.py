@@ -82,3 +82,18 @@ def test_the_ranking_counts_in_the_first_token_and_answers_equal_a_recompute(tin
     assert sorted(order) == sorted(i for i, _, _ in candidates(HISTORY, QUESTION, limit=5))
     turn = generate.decoding(engine.config)
     assert turn["rerank"] == 5 and turn["quote"] == 1
+
+
+def test_running_out_of_memory_while_reranking_is_the_users_message(tiny_lm, monkeypatch):
+    def out_of_memory(lm, passages, question):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(rerank, "question_likelihood", out_of_memory)
+    engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=4, rerank_passages=5), lm=tiny_lm)
+    doc = engine.prefill(document_from_text(HISTORY))
+    for ask in (lambda: engine.stream(doc, QUESTION), lambda: engine.stream_without_cache(doc.document, QUESTION)):
+        with pytest.raises(kvqa.KvqaError) as refused:
+            ask()
+        assert "memory" in str(refused.value) and "Tried to allocate" not in str(refused.value)
+    monkeypatch.undo()  # memory is back: the same document answers, its cache as it was
+    assert doc.cache.length == doc.tokens and engine.stream(doc, QUESTION).answer.timings.new_tokens > 0
