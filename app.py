@@ -495,7 +495,7 @@ class KvqaApp:
     def read_ahead(self, session: Session) -> bool:
         """Read a long document's other parts in the background (Session.read_ahead), while the user asks; False
         when there is nothing to read ahead (one part, a pinned part, or an engine without a disk store)."""
-        if len(session.parts) < 2 or session.pinned or not session.engine.info.keeps_caches:
+        if not session.reads_ahead:
             return False
         self.reading_ahead.add(session)
 

@@ -160,15 +160,23 @@ def stream(
     max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
-    started = now(lm.device)
-    with out_of_memory_as_error("doing.answering"):
-        order = passage_order(lm, doc.document.text, question, rerank)
-    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history,
-                                  quotes=quotes(doc.document.text, question, quote, order))
+    quoted, order, ranked_s = quoted_passages(lm, doc.document.text, question, quote=quote, rerank=rerank)
+    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history, quotes=quoted)
     pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
                               seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, penalty=penalty,
-                              draft=draft, ranked_s=now(lm.device) - started)
+                              draft=draft, ranked_s=ranked_s)
     return AnswerStream(with_sources(pieces, doc.document, question, order))
+
+
+def quoted_passages(lm: LoadedModel, text: str, question: str, *, quote: int,
+                    rerank: int) -> tuple[list[str], list[int] | None, float]:
+    """What a question's turn quotes: the `quote` passages that best match it (BM25's best `rerank` reordered by the
+    model first, when rerank > 0: kvqa.rerank), the passage order its sources then follow (None: BM25's), and the
+    seconds choosing them took (counted in the answer's times). Every path that builds a question's turn uses it."""
+    started = now(lm.device)
+    with out_of_memory_as_error("doing.answering"):
+        order = passage_order(lm, text, question, rerank)
+    return quotes(text, question, quote, order), order, now(lm.device) - started
 
 
 def decoding(config: Config) -> dict:
@@ -220,12 +228,9 @@ def stream_without_cache(
     config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
     prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
-    started = now(lm.device)
-    with out_of_memory_as_error("doing.answering"):
-        order = passage_order(lm, document.text, question, rerank)
+    quoted, order, ranked_s = quoted_passages(lm, document.text, question, quote=quote, rerank=rerank)
     prefix = prompt.prefix_ids(document.text)
-    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history,
-                                       quotes=quotes(document.text, question, quote, order))
+    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history, quotes=quoted)
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
@@ -234,8 +239,7 @@ def stream_without_cache(
     capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
     pieces = _answer_from_scratch(lm, chunks, question, capacity=capacity, max_new_tokens=max_new_tokens,
                                   temperature=temperature, seed=seed, should_stop=should_stop,
-                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft,
-                                  ranked_s=now(lm.device) - started)
+                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft, ranked_s=ranked_s)
     return AnswerStream(with_sources(pieces, document, question, order))
 
 

@@ -49,6 +49,11 @@ def system_text(document: str) -> str:
     return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>{reminder}"
 
 
+def in_chinese(question: str) -> bool:
+    """Whether a question is asked in Chinese (it has CJK ideographs): its turn and the reranker's frame follow."""
+    return _CJK.search(question) is not None
+
+
 def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
     """The user turn: the question, after the document's passages that best match it (quoted, so a small model
     reads them next to the question; their tokens are computed per question, not cached). In the question's
@@ -56,7 +61,7 @@ def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
     if not quotes:
         return question
     quoted = "\n\n".join(quotes)
-    if _CJK.search(question):
+    if in_chinese(question):
         return f"文档中的相关段落：\n{quoted}\n\n问题：{question}\n请根据文档用中文简短回答。"
     return f"From the document:\n{quoted}\n\nQuestion: {question}\nAnswer briefly, from the document."
 

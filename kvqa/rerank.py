@@ -13,21 +13,20 @@ either alone did worse on the measurement set.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import torch
 
 from .model import LoadedModel
+from .prompt import in_chinese
 from .sources import candidates as ranked_candidates
 
 BM25_WEIGHT = 0.5
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 
 
 def _frame(question: str) -> tuple[str, str]:
     """The text around a passage, in the question's language."""
-    if _CJK.search(question):
+    if in_chinese(question):
         return "段落：", "\n关于这段的问题："
     return "Passage: ", "\nA question about this passage: "
 

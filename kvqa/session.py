@@ -164,9 +164,9 @@ class Session:
         any session of the process: the part being read is dropped at its next chunk (never used half read) and
         read again after them. Stops when the session closes or loads another document, or when the memory budget
         has no room without evicting someone. on_ready(ready, parts) after each part. Returns the parts read."""
-        source, parts = self.source, list(self.parts)
-        if source is None or len(parts) < 2 or self.pinned or not self.engine.info.keeps_caches:
+        if not self.reads_ahead:
             return 0
+        source, parts = self.source, list(self.parts)
         reader, read = _Reader(self.client), 0
         for first, last, _ in parts:
             while not self._has_part(first):
@@ -190,6 +190,12 @@ class Session:
             if on_ready is not None:
                 on_ready(sum(self._has_part(a) for a, _, _ in parts), len(parts))
         return read
+
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether read_ahead has anything to do: a document in parts, none pinned, an engine that keeps caches."""
+        return (self.source is not None and len(self.parts) > 1 and not self.pinned
+                and self.engine.info.keeps_caches)
 
     @property
     def parts_ready(self) -> int:

@@ -16,11 +16,9 @@ from ..cache import bytes_per_token, new_cache
 from ..config import Config
 from ..documents import Document
 from ..engines.local import LocalEngine
-from ..generate import decode_one_token, run_chunks
+from ..generate import decode_one_token, quoted_passages, run_chunks
 from ..model import LoadedModel
 from ..prompt import ChatPrompt
-from ..rerank import passage_order
-from ..sources import quotes
 from ..timing import now
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory, weight_bytes
@@ -111,8 +109,8 @@ def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
                                   pad_token_id=eos[0] if eos else None)
     suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
-                                    quotes=quotes(document.text, q, config.quote_passages,
-                                                  passage_order(lm, document.text, q, config.rerank_passages)))
+                                    quotes=quoted_passages(lm, document.text, q, quote=config.quote_passages,
+                                                           rerank=config.rerank_passages)[0])
                 for q in questions]
     runs, forks, ids_all = [], [], []
     with stock_attention(model), PeakMemory(device) as memory:
@@ -168,9 +166,9 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
         doc = engine.prefill(document)
         for question in questions:
             ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens,
-                                          quotes=quotes(document.text, question, engine.config.quote_passages,
-                                                        passage_order(lm, document.text, question,
-                                                                      engine.config.rerank_passages)))
+                                          quotes=quoted_passages(lm, document.text, question,
+                                                                 quote=engine.config.quote_passages,
+                                                                 rerank=engine.config.rerank_passages)[0])
             with torch.no_grad():
                 started = now(device)
                 run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
