@@ -150,7 +150,7 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
-               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
+               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s", "repetition_penalty")
     if config.compile not in ("off", "on"):
         raise KvqaError("config.compile", value=config.compile)
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]

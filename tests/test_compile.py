@@ -85,6 +85,13 @@ def test_compile_setting_is_checked():
     assert config_from_env({"KVQA_COMPILE": "on"}).compile == "on"
 
 
+def test_a_repetition_penalty_at_or_below_zero_is_refused():
+    for bad in ("0", "-1.2"):  # a penalty of 0 would divide by zero, a negative one reward repeating
+        with pytest.raises(kvqa.KvqaError, match="KVQA_REPETITION_PENALTY: must be above 0"):
+            config_from_env({"KVQA_REPETITION_PENALTY": bad})
+    assert config_from_env({"KVQA_REPETITION_PENALTY": "1.2"}).repetition_penalty == 1.2
+
+
 def test_gpu_check_script_runs_end_to_end_on_a_tiny_model(tmp_path, default_lm):
     """scripts/gpu_check.py is what a lent GPU runs: its --smoke mode keeps it working between loans."""
     import json
