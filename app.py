@@ -154,7 +154,7 @@ def latency_summary(session: Session | None, lang: str = "en", *, estimate: floa
     doc = session.prefilled
     # read now, restored from disk, or shared: what it took here
     origin = render(cache_origin(session), lang)
-    if estimate is not None and session.cache_source == "prefill":
+    if estimate is not None and session.origin == "prefill":
         origin += say("status.estimated", lang, seconds=estimate)
     ready = say("latency.ready", lang, origin=origin)
     if not session.turns:
@@ -198,7 +198,7 @@ def latency_plot(session: Session | None, lang: str = "en"):
     fig, ax = plt.subplots(figsize=(8, 3.2))
     labels = [say("plot.cache", lang)] + [say("plot.question", lang, n=n) for n in range(1, len(session.turns) + 1)]
     ax.bar(labels[:1], [max(session.ready_s, 1e-3)], color="#9ca3af",  # log scale: a shared cache took ~0 s
-           label=say("plot.cache_legend", lang, origin=say(f"plot.origin.{session.cache_source}", lang)))
+           label=say("plot.cache_legend", lang, origin=say(f"plot.origin.{session.origin}", lang)))
     ax.bar(labels[1:], [t.timings.answer_s for t in session.turns], color="#bfdbfe", label=say("plot.total", lang))
     ax.bar(labels[1:], [t.timings.ttft_s for t in session.turns], color="#2563eb", label=say("plot.ttft", lang))
     baseline = [t.baseline.ttft_s if t.baseline else 0 for t in session.turns]
@@ -348,8 +348,8 @@ class KvqaApp:
         pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
-        rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.cache_source == "prefill" else ""
-        if session.cache_source == "prefill" and session in self.estimates:
+        rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
+        if session.origin == "prefill" and session in self.estimates:
             rate += say("status.estimated", lang, seconds=self.estimates[session])
         reason = self.config.model_reason if session.engine is self.engine else Message("reason.app")
         cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
@@ -484,7 +484,7 @@ class KvqaApp:
         if changed:
             self.read_ahead(session)
             self.estimates.pop(session, None)
-            if doc is not None and session.cache_source == "prefill":
+            if doc is not None and session.origin == "prefill":
                 if estimate is not None:
                     self.estimates[session] = estimate
                 cost = ReadCost.fit([(f * doc.tokens, t) for f, t in ticks]) if doc.tokens >= MIN_RATE_TOKENS else None

@@ -55,7 +55,7 @@ def session_dict(session) -> dict:
         "document": document_dict(source),
         "context_tokens": doc.tokens if doc else 0, "prefill_s": doc.prefill_s if doc else 0.0,
         "read_s": doc.first_read_s if doc else None, "cache_bytes": doc.cache_bytes if doc else 0,
-        "cache_source": session.cache_source,
+        "cache_source": session.origin,
         "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
                                 unsupported=t.unsupported, part=part_dict(t.part, source)) for t in session.turns],

@@ -187,7 +187,7 @@ def decoding(config: Config) -> dict:
             "rerank": config.rerank_passages}
 
 
-def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options) -> Generator[str, None, Answer]:
+def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options) -> Iterator[str | Answer]:
     """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end.
     ranked_s: the time spent choosing the quoted passages, counted in the answer's times."""
     if not doc.lock.acquire(blocking=False):
@@ -196,9 +196,8 @@ def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options
         started = now(lm.device) - ranked_s
         with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
-            return (yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
-                                               started=started, used_cache=True, context=[*doc.ids, *ids],
-                                               **options))
+            yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
+                                       started=started, used_cache=True, context=[*doc.ids, *ids], **options)
     finally:
         doc.cache.rollback(doc.tokens)
         doc.lock.release()
@@ -244,27 +243,34 @@ def stream_without_cache(
 
 
 def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, ranked_s: float = 0.0,
-                         **options) -> Generator[str, None, Answer]:
+                         **options) -> Iterator[str | Answer]:
     started = now(lm.device) - ranked_s
     tokens = sum(len(c) for c in chunks)
     with out_of_memory_as_error("doing.answering"):
         cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
-        return (yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
-                                           max_new_tokens=max_new_tokens, started=started, used_cache=False,
-                                           context=[t for chunk in chunks for t in chunk], **options))
+        yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
+                                   max_new_tokens=max_new_tokens, started=started, used_cache=False,
+                                   context=[t for chunk in chunks for t in chunk], **options)
 
 
-def with_sources(pieces: Generator[str, None, Answer], document: Document, question: str,
-                 order: Sequence[int] | None = None) -> Generator[str, None, Answer]:
-    """The answer's pieces, then the Answer with the document's passages it relies on (kvqa.sources; `order`: the
+def with_sources(events: Iterator[str | Answer], document: Document, question: str,
+                 order: Sequence[int] | None = None) -> Iterator[str | Answer]:
+    """The answer's events, its Answer given the document's passages it relies on (kvqa.sources; `order`: the
     reranked passages, kvqa.rerank) and what it names that the document lacks (kvqa.support)."""
-    answer = yield from pieces
-    started = time.perf_counter()
-    found = find_sources(document.text, answer.text, question, pages=document.pages is not None, order=order)
-    return replace(answer, sources=tuple(found), unsupported=unsupported(answer.text, document.text, question),
-                   timings=replace(answer.timings, sources_s=time.perf_counter() - started))
+    try:
+        for event in events:
+            if isinstance(event, Answer):
+                started = time.perf_counter()
+                found = find_sources(document.text, event.text, question, pages=document.pages is not None,
+                                     order=order)
+                event = replace(event, sources=tuple(found),
+                                unsupported=unsupported(event.text, document.text, question),
+                                timings=replace(event.timings, sources_s=time.perf_counter() - started))
+            yield event
+    finally:
+        getattr(events, "close", lambda: None)()  # the answer's own clean-up (rollback) runs now, not when collected
 
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:
@@ -355,8 +361,8 @@ class Drafter:
 
 def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
                     used_cache, should_stop, repeat_stop: int = 0, penalty: float = 1.0,
-                    context: list[int] | None = None, draft: int = 0) -> Generator[str, None, Answer]:
-    """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, returns the Answer.
+                    context: list[int] | None = None, draft: int = 0) -> Iterator[str | Answer]:
+    """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, then the Answer.
 
     With draft > 0 and greedy decoding, each step also checks up to `draft` tokens guessed from `context` (the
     prompt's ids) and the answer so far: one forward over [last token, guesses] gives the model's own choice after
@@ -421,8 +427,8 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total,
                       decode_steps=steps, drafted_tokens=drafted, rejected_tokens=rejected,
                       single_step_s=single_s / singles if singles else 0.0)
-    return Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
-                  stop_reason=stop_reason, used_cache=used_cache)
+    yield Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
+                 stop_reason=stop_reason, used_cache=used_cache)
 
 
 def penalise(logits: torch.Tensor, said: Sequence[int], penalty: float) -> torch.Tensor:

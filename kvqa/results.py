@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .documents import Document
 from .prompt import ChatPrompt
 from .sources import Source
 from .timing import Timings
+
+if TYPE_CHECKING:
+    from .cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -28,39 +32,61 @@ class Answer:
 
 
 class AnswerStream:
-    """An answer as it is produced: iterate it for text pieces; `.answer` is the finished Answer (it finishes the
-    stream first if needed). Closing it early (Stop, a client gone) ends the answer and rolls the cache back."""
+    """An answer as it is produced. Every engine's answer is one stream of events: text pieces (str), then, last, the
+    finished Answer (as mlx-lm's stream_generate ends with its response). Iterate this for the text pieces; `.answer`
+    is the finished Answer (it finishes the stream first if needed); `.events()` passes both on. When the Answer
+    arrives the producer is closed, so its clean-up (the cache's rollback, its locks) is done before anyone reads it.
+    Closing the stream early (Stop, a client gone) ends the answer and rolls the cache back."""
 
-    def __init__(self, pieces: Generator[str, None, Answer]):
-        self._pieces = pieces  # yields text pieces, returns the Answer
+    def __init__(self, events: Iterator[str | Answer]):
+        self._events = events
         self._answer: Answer | None = None
-        self._iterator = self._run()
-
-    def _run(self) -> Iterator[str]:
-        self._answer = yield from self._pieces
 
     def __iter__(self) -> Iterator[str]:
         return self
 
     def __next__(self) -> str:
-        return next(self._iterator)
+        if self._answer is None:
+            event = next(self._events)  # StopIteration here: it ended (or was closed) without an Answer
+            if not isinstance(event, Answer):
+                return event
+            self._answer = event
+            self.close()
+        raise StopIteration
 
     @property
     def answer(self) -> Answer:
         for _ in self:
             pass
-        assert self._answer is not None, "the stream was closed before it finished"
+        if self._answer is None:
+            raise RuntimeError("the answer's stream was closed before it finished")
         return self._answer
 
+    def events(self) -> Iterator[str | Answer]:
+        """The text pieces, then the Answer: for a layer that hands the answer on (a session, a GPU process)."""
+        with self:
+            yield from self
+            yield self.answer
+
     def close(self) -> None:
-        self._iterator.close()
-        self._pieces.close()
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
 
     def __enter__(self) -> AnswerStream:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass(frozen=True)
+class ServerPrefix:
+    """A serving engine's cache, as this side holds it: the message that re-finds the prefix on the server."""
+
+    system: str  # the system message, byte for byte what every question sends
+    prompt_tokens: int  # the prefill's prompt as the server counted it (the template's tokens included)
+    cached_tokens: int | None = None  # of those, the ones the server already had (None: it did not say)
 
 
 @dataclass(eq=False)
@@ -73,8 +99,9 @@ class PrefilledDocument:
     prompt: ChatPrompt | None  # the template split around document and question, with the date fixed at prefill
     #                            (None for a serving engine, which applies its own template)
     ids: tuple[int, ...]  # the prefix token ids the cache was computed from; never re-tokenized (a serving engine: ())
-    cache: object  # the engine's cache (a KVCache for local engines): len(ids) tokens plus a reserve; a serving
-    #                engine's is on the server, and this is what re-finds it there
+    cache: KVCache | ServerPrefix | None  # a model in this process (local, ZeroGPU): its KVCache, len(ids) tokens
+    #    plus a reserve; a serving engine: the ServerPrefix that re-finds it on the server; None only while a
+    #    ZeroGPU answer's document crosses to the GPU without it (the cache travels as a store file)
     cache_bytes: int  # what the cache holds in memory, its reserve included
     prefill_s: float
     model_name: str
@@ -83,13 +110,12 @@ class PrefilledDocument:
     cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
     #                                "memory" (shared with another session); prefill_s is what that took
     read_s: float | None = None  # a restored cache: what reading the document took when it was made (None: unknown)
-    token_count: int | None = None  # a serving engine: the prefix's tokens as the server counted them (no ids here)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
 
     @property
     def tokens(self) -> int:
-        return len(self.ids) if self.token_count is None else self.token_count
+        return self.cache.prompt_tokens if isinstance(self.cache, ServerPrefix) else len(self.ids)
 
     @property
     def first_read_s(self) -> float | None:

@@ -10,7 +10,7 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -92,8 +92,8 @@ class Session:
         self.part_reads: dict[tuple[int, int], Message] = {}  # each part read for this document: how, and what it took
         self._read: weakref.WeakSet[PrefilledDocument] = weakref.WeakSet()  # caches this session had, while alive
         self.prefilled: PrefilledDocument | None = None
-        self.cache_source = "prefill"  # how this session got its cache: "prefill", "disk", "memory" (shared) or
-        #                               "kept" (its own, from an earlier part of the document, still in memory)
+        self.origin = "prefill"  # how this session got its cache: its PrefilledDocument's cache_source ("prefill",
+        #                          "disk"), "memory" (shared) or "kept" (its own earlier part, still in memory)
         self.ready_s = 0.0  # how long that took this session
         self.fingerprint: str | None = None
         self.turns: list[Turn] = []
@@ -260,7 +260,7 @@ class Session:
         return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild,
                                       on_part=on_part))
 
-    def _ask(self, question, *, baseline, progress, on_rebuild, on_part) -> Generator[str, None, Answer]:
+    def _ask(self, question, *, baseline, progress, on_rebuild, on_part) -> Iterator[str | Answer]:
         with self._exclusive():
             self._stop.clear()
             evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
@@ -290,7 +290,7 @@ class Session:
                                    stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
                                    unsupported=result.unsupported,
                                    part=self.document.part))
-            return result
+        yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
     def stop(self) -> None:
         """Ask the running answer to end before its next token."""
@@ -328,7 +328,7 @@ class Session:
                 self.budget.add(prefilled.cache_bytes, self, cache=key)
         kept = shared and prefilled in self._read  # a part this session read before, still in memory
         self._read.add(prefilled)
-        self.cache_source = "kept" if kept else "memory" if shared else prefilled.cache_source
+        self.origin = "kept" if kept else "memory" if shared else prefilled.cache_source
         self.ready_s = time.perf_counter() - started if shared else prefilled.prefill_s
         part = prefilled.document.part
         if part is not None:
@@ -387,7 +387,7 @@ class Session:
 
 def cache_origin(session: Session) -> Message:
     """Where the session's cache came from and what it took, for the status panel: "read now: 15.80 s"..."""
-    return Message(f"origin.{session.cache_source}", seconds=session.ready_s)
+    return Message(f"origin.{session.origin}", seconds=session.ready_s)
 
 
 def speedup(turn: Turn, read_s: float | None) -> tuple[float, bool]:

@@ -3,13 +3,13 @@ the model: it "reads" a document by counting its words and answers by echoing th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from kvqa.documents import Document
 from kvqa.engines.base import EngineInfo
 from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message
-from kvqa.results import Answer, AnswerStream, PrefilledDocument
+from kvqa.results import Answer, AnswerStream, PrefilledDocument, ServerPrefix
 from kvqa.sources import find_sources
 from kvqa.timing import Timings
 
@@ -66,12 +66,12 @@ class FakeEngine:
             self.prefills += 1
             if self.keeps_caches:
                 self.stored.add(document.text)
-        return PrefilledDocument(document=document, prompt=None, ids=(), cache=object(),
+        return PrefilledDocument(document=document, prompt=None, ids=(), cache=ServerPrefix("", tokens),
                                  cache_bytes=BYTES_PER_TOKEN * tokens, prefill_s=0.01, model_name="fake",
-                                 max_question_tokens=512, max_new_tokens=64, token_count=tokens,
+                                 max_question_tokens=512, max_new_tokens=64,
                                  cache_source="disk" if restored else "prefill")
 
-    def _answer(self, question: str, used_cache: bool, document: Document) -> Generator[str, None, Answer]:
+    def _answer(self, question: str, used_cache: bool, document: Document) -> Iterator[str | Answer]:
         words = question.split()[:3]
         for word in words:
             yield word + " "
@@ -79,8 +79,8 @@ class FakeEngine:
                           answer_s=0.002)
         text = " ".join(words) + " "
         sources = find_sources(document.text, text, question, pages=document.pages is not None)  # the real ranking
-        return Answer(question=question, text=text, token_ids=tuple(range(len(words))), timings=timings,
-                      stop_reason="eos", used_cache=used_cache, sources=tuple(sources))
+        yield Answer(question=question, text=text, token_ids=tuple(range(len(words))), timings=timings,
+                     stop_reason="eos", used_cache=used_cache, sources=tuple(sources))
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None,

@@ -127,7 +127,7 @@ def test_the_latency_panel_lists_each_part_read_once():
     summary = app_module.latency_summary(session)
     listed = summary.split("Parts read")[1]
     assert listed.count("characters 1-") == 1 and listed.count("(read now:") + listed.count("(still in memory:") == 2
-    assert session.cache_source in ("prefill", "kept")  # read again, or its cache was still alive
+    assert session.origin in ("prefill", "kept")  # read again, or its cache was still alive
     assert "shared with another session" not in summary  # no other session is involved
     assert "已读取的部分" in app_module.latency_summary(session, "zh")
 

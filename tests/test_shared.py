@@ -54,7 +54,7 @@ def test_eight_sessions_loading_one_document_at_once_prefill_it_once(tiny_lm):
         t.join()
     assert errors == [] and engine.prefills == 1
     assert len({id(s.prefilled) for s in sessions}) == 1 and len(shared) == 1
-    assert sorted(s.cache_source for s in sessions) == ["memory"] * 7 + ["prefill"]
+    assert sorted(s.origin for s in sessions) == ["memory"] * 7 + ["prefill"]
     assert budget.used_bytes == sessions[0].prefilled.cache_bytes  # one cache, counted once
     assert all(s.ask(QUESTIONS[0]).answer.text for s in sessions)
     origins = sorted(cache_origin(s).split(":")[0] for s in sessions)
@@ -161,4 +161,4 @@ def test_an_evicted_cache_comes_back_from_disk_with_the_same_answers(tiny_lm, tm
     assert first.prefilled is None  # evicted to make room
     rebuilt = []
     assert first.ask(QUESTIONS[0], on_rebuild=rebuilt.append).answer.token_ids == before
-    assert first.cache_source == "disk" and len(rebuilt) == 1 and "restored from disk" in cache_origin(first)
+    assert first.origin == "disk" and len(rebuilt) == 1 and "restored from disk" in cache_origin(first)

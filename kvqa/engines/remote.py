@@ -22,9 +22,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
@@ -44,7 +43,7 @@ from ..errors import (
 from ..generate import with_sources
 from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
-from ..results import Answer, AnswerStream, PrefilledDocument
+from ..results import Answer, AnswerStream, PrefilledDocument, ServerPrefix
 from ..sources import quotes
 from ..timing import Timings
 from .base import EngineInfo
@@ -52,15 +51,6 @@ from .base import EngineInfo
 CONNECT_TIMEOUT_S = 10.0  # a server that does not accept the connection this fast is not there
 CACHE_FLAGS = ("the server does not report cached tokens: vLLM needs --enable-prompt-tokens-details, SGLang "
                "--enable-cache-report (llama.cpp's llama-server reports them)")
-
-
-@dataclass(frozen=True)
-class ServerPrefix:
-    """What a remote PrefilledDocument holds instead of a cache: the message that finds the prefix on the server."""
-
-    system: str  # the system message, byte for byte what every question sends
-    prompt_tokens: int  # the prefill's prompt as the server counted it (the template's tokens included)
-    cached_tokens: int | None  # of those, the ones the server already had (None: it did not say)
 
 
 def guarantee(model: str, where: str) -> Message:
@@ -138,7 +128,7 @@ class RemoteEngine:
         return PrefilledDocument(
             document=document, prompt=None, ids=(), cache=prefix, cache_bytes=0, prefill_s=prefill_s,
             model_name=model, max_question_tokens=self.config.max_question_tokens,
-            max_new_tokens=self.config.max_new_tokens, token_count=prefix.prompt_tokens)
+            max_new_tokens=self.config.max_new_tokens)
 
     def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
                should_stop: Callable[[], bool] | None = None,
@@ -195,8 +185,8 @@ class RemoteEngine:
 
     def _answer(self, system: str, turn: str, *, max_new_tokens: int, should_stop: Callable[[], bool] | None,
                 used_cache: bool, history: Sequence[tuple[str, str]] = (),
-                question: str | None = None) -> Generator[str, None, Answer]:
-        """Stream one answer to the user turn `turn` (`question`, with quotes, when given); yields text, returns the
+                question: str | None = None) -> Iterator[str | Answer]:
+        """Stream one answer to the user turn `turn` (`question`, with quotes, when given); yields text, then the
         Answer. Leaving early closes the response: the server aborts."""
         question = turn if question is None else question
         body = {"model": self.info.model, "stream": True, "stream_options": {"include_usage": True},
@@ -244,11 +234,11 @@ class RemoteEngine:
         computed = prompt_tokens - cached if prompt_tokens is not None and cached is not None else prompt_tokens
         new_tokens = usage.get("completion_tokens") or (timings or {}).get("predicted_n") or chunks
         stop_reason = {"stop": "eos", "length": "length", "stopped": "stopped"}.get(finish, "eos")
-        return Answer(question=question, text="".join(text), token_ids=(), stop_reason=stop_reason,
-                      used_cache=used_cache,
-                      timings=Timings(question_tokens=computed or 0, new_tokens=int(new_tokens),
-                                      ttft_s=ttft if ttft is not None else answer_s, answer_s=answer_s,
-                                      prompt_tokens=prompt_tokens, cached_tokens=cached))
+        yield Answer(question=question, text="".join(text), token_ids=(), stop_reason=stop_reason,
+                     used_cache=used_cache,
+                     timings=Timings(question_tokens=computed or 0, new_tokens=int(new_tokens),
+                                     ttft_s=ttft if ttft is not None else answer_s, answer_s=answer_s,
+                                     prompt_tokens=prompt_tokens, cached_tokens=cached))
 
     # ---- failures, each with what to do
 

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
@@ -117,9 +117,7 @@ def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, co
     else:
         doc = _to(source, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     doc = replace(doc, prompt=replace(doc.prompt, tokenizer=lm.tokenizer))
-    pieces = stream(lm, doc, question, max_new_tokens=max_new_tokens, history=history, **decoding(config))
-    yield from pieces
-    yield pieces.answer
+    yield from stream(lm, doc, question, max_new_tokens=max_new_tokens, history=history, **decoding(config)).events()
 
 
 def _answer_without_cache_on_gpu(document: Document, question: str, config: Config, prompt: ChatPrompt,
@@ -266,21 +264,22 @@ class ZeroGPUEngine:
             _close(events)
 
     def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop,
-                history) -> Generator[str, None, Answer]:
+                history) -> Iterator[str | Answer]:
         started, first, text = time.perf_counter(), None, ""
         events = self._events(doc, question, max_new_tokens, history)
         try:
             for event in events:
-                if isinstance(event, Answer):
-                    return event
-                first, text = first or time.perf_counter() - started, text + event
                 yield event
+                if isinstance(event, Answer):
+                    return
+                first, text = first or time.perf_counter() - started, text + event
                 if should_stop is not None and should_stop():
                     # the GPU process cannot be told to stop: end here, with the figures seen from this side
                     timings = Timings(question_tokens=question_tokens, new_tokens=self.count_tokens(text),
                                       ttft_s=first or 0.0, answer_s=time.perf_counter() - started)
-                    return Answer(question=question, text=text, token_ids=(), timings=timings,
-                                  stop_reason="stopped", used_cache=True)
+                    yield Answer(question=question, text=text, token_ids=(), timings=timings,
+                                 stop_reason="stopped", used_cache=True)
+                    return
             raise RuntimeError("the ZeroGPU answer ended without its figures")
         finally:
             events.close()
@@ -292,11 +291,11 @@ class ZeroGPUEngine:
         history = tuple(history)
         prompt.question_ids(question, limit=self.config.max_question_tokens, history=history)
 
-        def pieces() -> Generator[str, None, Answer]:
+        def pieces() -> Iterator[str | Answer]:
             answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt, max_new_tokens,
                                                        history)
             yield answer.text
-            return answer
+            yield answer
 
         return AnswerStream(pieces())
 
