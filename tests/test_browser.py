@@ -219,24 +219,35 @@ def test_the_source_on_its_page_and_the_conversation_downloaded(server, browser,
         context.close()
 
 
-def test_a_document_longer_than_the_model_reads_answers_from_the_right_part(server, browser):
-    """A pasted text of about 14k tokens (the default model reads 7,424 with its reserve) is cut into parts; a question
-    about its end is answered from the part that holds it, and the page says so."""
-    sample = (ASSETS / "declaration-of-independence.md").read_text()
-    sections = [f"## Section {n}\n\nThe harbour master of section {n} is called Captain{n}x.\n\n{sample}"
-                for n in range(1, 9)]
-    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
+def test_a_36_page_pdf_longer_than_the_model_reads_answers_from_the_right_part(server, browser, tmp_path):
+    """A 36-page PDF of about 14k tokens (the default model reads 7,424 with its reserve) is cut into parts of whole
+    pages; a question about page 30 is answered from the part that holds it, the page says so, and the answer's first
+    source is shown on page 30 of the whole document."""
+    from fpdf import FPDF
+
+    sample = (ASSETS / "declaration-of-independence.md").read_text().replace("\u2014", "-")
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=10)
+    for n in range(1, 37):
+        start = (n * 1700) % (len(sample) - 1700)
+        pdf.add_page()
+        pdf.multi_cell(0, 5, f"Notes for section {n}. The harbour master of section {n} is called Captain{n}x.\n\n"
+                             + sample[start: start + 1700])
+    path = tmp_path / "harbours.pdf"
+    path.write_bytes(bytes(pdf.output()))
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1400})
     page = context.new_page()
     try:
         page.goto(server)
-        page.locator("#paste textarea").fill("\n\n".join(sections))
-        page.locator("#read").click()
+        page.locator("#upload input[type=file]").set_input_files(str(path))
         status = page.locator("#doc-status")
         status.get_by_text("cut into").wait_for(timeout=240_000)
-        assert "read now: characters 1-" in status.inner_text()
-        answer = ask(page, "Who is the harbour master of section 8?", 0)
-        assert "From characters" in answer
+        assert "read now: pages 1-" in status.inner_text()
+        answer = ask(page, "Who is the harbour master of section 30?", 0)
+        assert "From pages" in answer
         page.locator("#doc-status").get_by_text("Answering from part").wait_for(timeout=60_000)
+        page.locator("#evidence-text .kvqa-evidence-note").get_by_text("Page 30").wait_for(timeout=60_000)  # of all 36
+        assert "Captain30x" in page.locator("#evidence-text").inner_text()
         summary = page.locator("#latency-summary").inner_text()
         assert "Parts read, of" in summary and summary.count("(read now:") == 2
     finally:
