@@ -32,6 +32,7 @@ import kvqa  # noqa: E402
 from kvqa.bench.memory import read_bandwidth  # noqa: E402
 from kvqa.bench.models import random_init_model  # noqa: E402
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, long_text, machine_info, run_bench  # noqa: E402
+from kvqa.bench.store import format_store_table, run_store_bench  # noqa: E402
 from kvqa.model import compiled_decode_step  # noqa: E402
 from kvqa.prompt import ChatPrompt  # noqa: E402
 
@@ -144,13 +145,22 @@ def main(argv: list[str] | None = None) -> int:
     say("reranking cost ...")
     rerank_s = rerank_cost(lm, text, questions[0])
     say("exactness (compiled step) ...")
+    checked = exactness(lm, text, contexts, questions, config)
+    say("restoring from the disk store against reading again ...")  # what a long document's parts choose between
+    text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
+    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    store_contexts = (200, 400) if args.smoke else (2048, 8192)
+    store = run_store_bench(lm, [cut_document(prompt, text_ids, n, name="gpu-check") for n in store_contexts],
+                            questions=questions[:1], config=config, say=say)
     result = {"model": lm.name, "machine": machine_info(lm, read_bandwidth(lm.device)), **runs,
-              "rerank_s": rerank_s, "exactness": exactness(lm, text, contexts, questions, config)}
+              "rerank_s": rerank_s, "exactness": checked, "store": store}
     print("\n".join(summary_lines(result)))
+    print(format_store_table(store))
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "gpu_check.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    return 0 if all(r["same_answers"] and r["cache_unchanged"] for r in result["exactness"]) else 1
+    return 0 if all(r["same_answers"] and r["cache_unchanged"] for r in result["exactness"]) and all(
+        r["same_answers"] and r["same_cache"] for r in store) else 1
 
 
 if __name__ == "__main__":

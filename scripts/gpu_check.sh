@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's GPU check, in one call on a lent GPU (under 8 minutes on an H200 is the plan; not yet run on one).
+# The GPU check, in one call on a lent GPU (under 8 minutes on an H200 is the plan; not yet run on one).
 #   here:       scripts/gpu_check.sh prepare   # the default model's tokenizer and transformers' wheel into .gpu/
 #   on the GPU: scripts/gpu_check.sh           # with .gpu carried; writes $OUT/gpu_check.json (or .gpu/out/)
 # The GPU machine's python3 must hold torch; it needs no network and no Gradio. Its image's transformers (5.17 when

@@ -110,6 +110,8 @@ def test_gpu_check_script_runs_end_to_end_on_a_tiny_model(tmp_path, default_lm):
     assert result["compiled"]["compiled_decode"] and not result["eager"]["compiled_decode"]
     assert all(r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0 for r in result["compiled"]["results"])
     assert result["rerank_s"] > 0 and "reranking 5 passages by question likelihood" in run.stdout
+    assert [r["context_tokens"] for r in result["store"]] == [200, 400] and "restore (warm)" in run.stdout
+    assert all(r["same_answers"] and r["same_cache"] and r["restore_s"] > 0 for r in result["store"])
 
 
 def test_the_compiled_engine_promises_only_what_is_tested(tiny_lm):
