@@ -33,7 +33,7 @@ from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
 from kvqa.parts import parse_range, planned_parts, select, unit_name, unit_total
-from kvqa.presets import offered
+from kvqa.presets import language_note, offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
 from kvqa.sources import source_dict
@@ -348,6 +348,8 @@ class KvqaApp:
         pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
+        language = language_note(info.model, session.document.text)
+        part += f"**{render(language, lang)}**\n\n" if language else ""
         rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
         if session.origin == "prefill" and session in self.estimates:
             rate += say("status.estimated", lang, seconds=self.estimates[session])

@@ -51,6 +51,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
     from .messages import Message
     from .parts import notice, parse_range, prefill_part, prefill_parts, route, select
+    from .presets import language_note
     from .store import store_for
 
     config = config_from(args)
@@ -100,6 +101,9 @@ def _ask(args: argparse.Namespace) -> int:
     said = notice(read, document, asked=part, parts=1 if args.no_cache else len(parts))
     if said:
         print(f"kvqa: {said}", file=sys.stderr)
+    language = language_note(info.model, document.text)
+    if language:
+        print(f"kvqa: {language}", file=sys.stderr)
     if read.part is not None:
         key = "pages" if read.part.unit == "pages" else "chars"
         result.update({f"{key}_read": [read.part.first, read.part.last], f"{key}_total": read.part.total})

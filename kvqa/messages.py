@@ -105,6 +105,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "from the part that best matches it (read now: {part}). Choose a part to read to keep to it.",
         "{name} 超出本模型一次能读的长度：已分成 {parts} 个部分，每个问题都从最匹配它的部分回答（当前已读：{part}）。"
         "选择要读取的部分可固定使用该部分。"),
+    "notice.english_model": (
+        "{model} reads English only: about a Chinese document its answers are mostly wrong or repeat themselves. A "
+        "model that reads Chinese (Qwen2.5, Qwen3) answers better: choose one under Model when the list offers it, "
+        "or start kvqa with --model {better}.",
+        "{model} 只能读英文：对中文文档，它的回答大多是错的或不断重复。能读中文的模型（Qwen2.5、Qwen3）回答得更好："
+        "如果“模型”列表里有，请选择其中一个，或用 --model {better} 启动 kvqa。"),
     "notice.routed": (
         "Answering from part {index} of {parts} of {name} ({part}): the part that best matches the question.",
         "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是与问题最匹配的部分。"),

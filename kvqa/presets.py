@@ -14,6 +14,8 @@ from functools import cached_property
 from pathlib import Path
 
 from .cache import kv_bytes
+from .messages import Message
+from .prompt import mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -26,6 +28,7 @@ class Preset:
     config: str  # kvqa/configs/<config>.json
     note: str
     gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
+    chinese: bool = False  # reads and answers Chinese (Qwen's families); the others are English models
 
     @cached_property
     def settings(self) -> dict:
@@ -63,14 +66,31 @@ class Preset:
 PRESETS = (
     Preset("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m", "the offline default: fast, weak, English only"),
     Preset("HuggingFaceTB/SmolLM2-360M-Instruct", "smollm2-360m", "English; about 3x the default's work per token"),
-    Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context"),
-    Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)"),
+    Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context", chinese=True),
+    Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)",
+           chinese=True),
     Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)", gated=True),
-    Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context"),
+    Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context", chinese=True),
     Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", "English; 8k context"),
     Preset("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b", "what kvqa is built for, on a GPU; gated (HF_TOKEN)",
            gated=True),
 )
+
+
+def preset_for(model: str) -> Preset | None:
+    """The tested preset a model is (by hub id, or by its last part, as a loaded model names itself), or None."""
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((p for p in PRESETS if p.model.rsplit("/", 1)[-1].lower() == name), None)
+
+
+def language_note(model: str, text: str) -> Message | None:
+    """What to tell a reader who loads a Chinese document into a preset that reads English only (its answers are
+    mostly wrong or loop: docs/quality.md), or None. Unknown models get no note: kvqa has not measured them."""
+    preset = preset_for(model)
+    if preset is None or preset.chinese or not mostly_chinese(text):
+        return None
+    better = next(p.model for p in PRESETS if p.chinese)
+    return Message("notice.english_model", model=preset.model.rsplit("/", 1)[-1], better=better)
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:

@@ -54,6 +54,15 @@ def in_chinese(question: str) -> bool:
     return _CJK.search(question) is not None
 
 
+def mostly_chinese(text: str, *, sample: int = 4000) -> bool:
+    """Whether a document is mostly Chinese: CJK ideographs are at least a third of the letters of its first
+    `sample` characters (an English document quoting a few Chinese words is not)."""
+    head = text[:sample]
+    cjk = len(_CJK.findall(head))
+    letters = sum(c.isalpha() for c in head)
+    return cjk > 0 and 3 * cjk >= letters
+
+
 def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
     """The user turn: the question, after the document's passages that best match it (quoted, so a small model
     reads them next to the question; their tokens are computed per question, not cached). In the question's

@@ -24,7 +24,8 @@ class FakeEngine:
     OVERHEAD = 10  # the prompt around the document, in tokens
 
     def __init__(self, context_tokens: int = 8192, *, keeps_caches: bool = False, chunks: int = 1,
-                 on_chunk: Callable[[Document, int], None] | None = None):
+                 on_chunk: Callable[[Document, int], None] | None = None, model: str = "fake"):
+        self.model = model  # the name info gives (a preset's, to see what the app says of that model)
         self.prefills = 0
         self.context_tokens = context_tokens
         self.read: list[Document] = []  # every document (or part) read, in order, whole or not
@@ -38,7 +39,7 @@ class FakeEngine:
 
     @property
     def info(self) -> EngineInfo:
-        return EngineInfo(kind=self.kind, model="fake", device="cpu", dtype="float32",
+        return EngineInfo(kind=self.kind, model=self.model, device="cpu", dtype="float32",
                           context_tokens=self.context_tokens, load_s=0.0, cache_device="cpu", exact_vs_recompute=False,
                           guarantee=Message("promise.float32"), keeps_caches=self.keeps_caches)
 

@@ -84,3 +84,13 @@ def test_the_download_button_writes_both_files_and_refuses_an_empty_session(monk
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)  # the toast is the only output of a refusal
     assert kvqa_app.on_export(None) == {} and "Nothing to download yet" in warned[0]
+
+
+def test_the_status_tells_a_chinese_reader_when_the_model_reads_english_only():
+    chinese = Document(name="指南.txt", text="渡轮每天早上九点从港口出发，票价十元。" * 30)
+    for model, noted in (("SmolLM2-135M-Instruct", True), ("Qwen2.5-0.5B-Instruct", False)):
+        kvqa_app = app_module.KvqaApp(Config(), FakeEngine(model=model), budget=CacheBudget(2**30))
+        session, _ = kvqa_app.read(chinese, None, None, lambda *a, **k: None)
+        assert ("只能读英文" in kvqa_app.status_markdown(session, "zh")) is noted
+        assert ("reads English only" in kvqa_app.status_markdown(session, "en")) is noted
+        session.close()

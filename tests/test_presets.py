@@ -13,7 +13,8 @@ import torch
 import kvqa
 from conftest import FIXTURES
 from kvqa.model import prepare
-from kvqa.presets import PRESETS, fitting
+from kvqa.messages import render
+from kvqa.presets import PRESETS, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.rerank import passage_order
 from kvqa.sources import quotes
@@ -115,3 +116,14 @@ def test_the_dropdown_offers_the_presets_that_fit_on_a_space_only():
     gpu = offered("meta-llama/Llama-3.2-3B-Instruct", {"KVQA_PRESETS": "1", "HF_TOKEN": "hf_x"},
                   memory_bytes=80 * 2**30, cuda=True)
     assert gpu[0] == "meta-llama/Llama-3.2-3B-Instruct" and len(gpu) == len(PRESETS)
+
+
+def test_a_chinese_document_in_an_english_only_preset_gets_a_note_naming_a_model_that_reads_chinese():
+    chinese = "秘密词是鹈鹕。博物馆在工作日上午九点开门。" * 20
+    english_quoting_chinese = "The museum's sign reads 博物馆 and opens at nine on weekdays. " * 20
+    note = language_note("SmolLM2-135M-Instruct", chinese)  # as a loaded model names itself
+    assert note is not None and note.key == "notice.english_model" and preset_for(note.params["better"]).chinese
+    assert "reads English only" in str(note) and "只能读英文" in render(note, "zh")
+    assert language_note("HuggingFaceTB/SmolLM2-135M-Instruct", english_quoting_chinese) is None
+    assert language_note("Qwen/Qwen2.5-0.5B-Instruct", chinese) is None  # reads Chinese
+    assert language_note("my-own-model", chinese) is None  # not measured: nothing said
