@@ -12,8 +12,8 @@ import torch
 
 import kvqa
 from conftest import FIXTURES
-from kvqa.model import prepare
 from kvqa.messages import render
+from kvqa.model import prepare
 from kvqa.presets import PRESETS, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.rerank import passage_order
