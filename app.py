@@ -612,10 +612,11 @@ class KvqaApp:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
         return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, lang, request, progress)
 
-    def on_ask(self, question, session, baseline, remember=False, lang="en", progress=gr.Progress()):
-        """UI: stream the answer into the chat, then its latency."""
+    def on_ask(self, question, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress()):
+        """UI: stream the answer into the chat, then its latency. ready_only: a long document's question is answered
+        from the best part ready rather than waiting for the part that matches it best to be read."""
         if session is not None:
-            session.remember = bool(remember)
+            session.remember, session.ready_only = bool(remember), bool(ready_only)
         if session is None:
             yield warn(QuestionError("question.no_document"), lang)
             return
@@ -773,6 +774,7 @@ class KvqaApp:
                         remember_box = localized(gr.Checkbox, {"label": "ui.remember"}, elem_id="remember")
                         new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
                                             elem_id="new-conversation")
+                    ready_box = localized(gr.Checkbox, {"label": "ui.ready_only"}, elem_id="ready-only")
                     baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
                     with gr.Row():
                         export_btn = localized(gr.Button, {"value": "ui.export"}, size="sm", elem_id="export")
@@ -796,7 +798,7 @@ class KvqaApp:
             for trigger in (part_btn.click, self.part.submit):
                 trigger(self.on_part, [self.part, self.state, lang], shown + [self.part], api_visibility="private")
             for trigger in (ask_btn.click, self.question.submit):
-                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box, lang],
+                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box, lang, ready_box],
                         shown + [self.question], api_visibility="private")
             remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
                                 api_visibility="private")

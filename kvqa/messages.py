@@ -111,6 +111,11 @@ CATALOG: dict[str, tuple[str, str]] = {
         "or start kvqa with --model {better}.",
         "{model} 只能读英文：对中文文档，它的回答大多是错的或不断重复。能读中文的模型（Qwen2.5、Qwen3）回答得更好："
         "如果“模型”列表里有，请选择其中一个，或用 --model {better} 启动 kvqa。"),
+    "notice.routed_ready": (
+        "Answering from part {index} of {parts} of {name} ({part}): the best of the parts ready; part {best}, which "
+        "matches the question better, is not read yet.",
+        "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是已就绪部分中最匹配的；"
+        "与问题更匹配的第 {best} 部分尚未读取。"),
     "notice.routed": (
         "Answering from part {index} of {parts} of {name} ({part}): the part that best matches the question.",
         "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是与问题最匹配的部分。"),
@@ -434,6 +439,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "ui.ask": ("Ask", "提问"),
     "ui.stop": ("Stop", "停止"),
     "ui.remember": ("Remember this conversation (follow-up questions)", "记住这段对话（可追问）"),
+    "ui.ready_only": ("Long documents: answer from the parts read so far, not waiting for the part that matches best",
+                      "长文档：用已读取的部分回答，不等待最匹配的部分读完"),
     "ui.new_conversation": ("New conversation", "新对话"),
     "ui.export": ("Download the conversation", "下载对话"),
     "ui.exported": ("The conversation: Markdown and JSON", "对话：Markdown 与 JSON"),

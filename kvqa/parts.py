@@ -8,7 +8,7 @@ Token counts come from counting each page or paragraph once; only the chosen par
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 
 from .documents import Document, Part
@@ -183,12 +183,14 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
     return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
 
 
-def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0) -> int:
+def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
+          among: Collection[int] | None = None) -> int:
     """The index of the part that holds the document's passages best matching the question: each of the best
     ROUTE_PASSAGES passages (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one adds its BM25
     score to each part, times the share of its best-matching sentence inside that part (a passage may run over a
     paragraph two parts share); `current` when it scores as well as any, or nothing matches. Near-duplicates below
-    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed)."""
+    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed).
+    among: only these parts may be chosen (the ones ready), the best of them."""
     if len(parts) < 2:
         return 0
     spans = [_offsets(document, a, b) for a, b, _ in parts]
@@ -200,8 +202,11 @@ def route(document: Document, parts: Sequence[tuple[int, int, int]], question: s
         start, end = best_sentence(document.text, start, end, question) or (start, end)
         for i, (a, b) in enumerate(spans):
             score[i] += points * max(0, min(end, b) - max(start, a)) / max(end - start, 1)
-    best = max(score)
-    return current if score[current] >= best - 1e-9 else score.index(best)
+    allowed = range(len(parts)) if among is None else sorted(among)
+    best = max(score[i] for i in allowed)
+    if current in allowed and score[current] >= best - 1e-9:
+        return current
+    return next(i for i in allowed if score[i] == best)
 
 
 def _offsets(document: Document, first: int, last: int) -> tuple[int, int]:

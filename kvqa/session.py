@@ -20,7 +20,7 @@ from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .messages import Message
-from .parts import notice, prefill_part, prefill_parts, route
+from .parts import notice, prefill_part, prefill_parts, route, select
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source
@@ -89,6 +89,8 @@ class Session:
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
         self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
         self.pinned = False  # the user chose the part: questions are not routed to another
+        self.ready_only = False  # a question goes to the best of the parts ready (in memory or the store) instead of
+        #                          waiting while the part that matches it best is read
         self.part_reads: dict[tuple[int, int], Message] = {}  # each part read for this document: how, and what it took
         self._read: weakref.WeakSet[PrefilledDocument] = weakref.WeakSet()  # caches this session had, while alive
         self.prefilled: PrefilledDocument | None = None
@@ -146,16 +148,38 @@ class Session:
         if self.pinned or len(self.parts) < 2:
             return False
         current = self.part_index
-        target = route(self.source, self.parts, question, current=current)
+        target = best = route(self.source, self.parts, question, current=current)
+        ready = self._ready_parts() if self.ready_only else None
+        if ready and best not in ready:  # the best of the parts ready instead of reading the one that matches best
+            target = route(self.source, self.parts, question, current=current, among=ready)
+            self.notice = Message("notice.routed_ready", part=self.parts_name(target), name=self.source.name,
+                                  index=target + 1, parts=len(self.parts), best=best + 1)
         if target == current and self.prefilled is not None:
+            if target == best and self.notice is not None and self.notice.key == "notice.routed_ready":
+                self.notice = Message("notice.routed", part=self.parts_name(target), name=self.source.name,
+                                      index=target + 1, parts=len(self.parts))  # no longer short of a better part
             return False
         first, last, _ = self.parts[target]
         prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
                                  self.source, first=first, last=last)
         self.document, self.prefilled = prefilled.document, prefilled
-        self.notice = Message("notice.routed", part=prefilled.document.part.name, name=self.source.name,
-                              index=target + 1, parts=len(self.parts))
+        if target == best:
+            self.notice = Message("notice.routed", part=prefilled.document.part.name, name=self.source.name,
+                                  index=target + 1, parts=len(self.parts))
         return target != current
+
+    def _ready_parts(self) -> set[int]:
+        """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
+        those read or restored here before, which its store holds."""
+        ready = {self.part_index} if self.prefilled is not None else set()
+        if self.engine.info.keeps_caches:
+            ready |= {i for i, (first, _, _) in enumerate(self.parts) if self._has_part(first)}
+        return ready
+
+    def parts_name(self, index: int) -> Message:
+        """'pages 20-36 of 36': part `index` of the source, named in its unit."""
+        first, last, _ = self.parts[index]
+        return select(self.source, first, last).part.name
 
     def read_ahead(self, on_ready: Callable[[int, int], None] | None = None) -> int:
         """Read the long document's parts that were not read yet, one at a time, so that a question routed to one

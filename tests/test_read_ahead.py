@@ -178,3 +178,25 @@ def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_re
     assert session.part_index == len(session.parts) - 1 and session.prefilled.cache_source == "disk"
     fresh = kvqa.LocalEngine(config, lm=tiny_lm).prefill(session.document)  # the same part, read now
     assert kvqa.answer(tiny_lm, fresh, question, quote=1).token_ids == answer.token_ids
+
+
+def test_a_reader_who_will_not_wait_is_answered_from_the_best_part_ready():
+    engine = FakeEngine(context_tokens=120, keeps_caches=True)
+    session = session_with(engine)
+    session.ready_only = True
+    question = f"What is said about the {TOPICS[7].split()[1]}?"  # its section lies in the last part
+    session.ask(question).answer  # noqa: B018 - runs the answer
+    assert len(engine.read) == 1 and session.part_index == 0  # nothing read: part 1 is all that is ready
+    assert str(session.notice).startswith("Answering from part 1 of") and "is not read yet" in str(session.notice)
+    session.read_ahead()
+    read = len(engine.read)
+    session.ask(question).answer  # noqa: B018
+    assert "Section 7 is about" in session.document.text and len(engine.read) == read  # ready now: restored
+    assert str(session.notice).startswith(f"Answering from part {len(session.parts)} of")
+
+
+def test_a_reader_who_waits_gets_the_part_that_matches_read_first():
+    engine = FakeEngine(context_tokens=120)  # no store: nothing but the part in memory is ever ready
+    session = session_with(engine)
+    session.ask(f"What is said about the {TOPICS[7].split()[1]}?").answer  # noqa: B018
+    assert "Section 7 is about" in session.document.text and len(engine.read) == 2
