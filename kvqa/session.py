@@ -20,7 +20,7 @@ from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .messages import Message
-from .parts import notice, prefill_part, prefill_parts, route, select
+from .parts import notice, prefill_part, prefill_parts, route
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source
@@ -143,29 +143,27 @@ class Session:
 
     def _read_part_for(self, question: str, progress) -> bool:
         """Route the question to the part of a long document that holds its best-matching passages, reading that
-        part now (or restoring it from the store) when it is not the one read; a pinned part stays. True when
-        another part was read."""
+        part now (or restoring it from the store) when it is not the one read; a pinned part stays. With ready_only,
+        a best part that is not ready gives way to the best of those that are. True when another part was read."""
         if self.pinned or len(self.parts) < 2:
             return False
         current = self.part_index
-        target = best = route(self.source, self.parts, question, current=current)
-        ready = self._ready_parts() if self.ready_only else None
-        if ready and best not in ready:  # the best of the parts ready instead of reading the one that matches best
-            target = route(self.source, self.parts, question, current=current, among=ready)
-            self.notice = Message("notice.routed_ready", part=self.parts_name(target), name=self.source.name,
-                                  index=target + 1, parts=len(self.parts), best=best + 1)
-        if target == current and self.prefilled is not None:
-            if target == best and self.notice is not None and self.notice.key == "notice.routed_ready":
-                self.notice = Message("notice.routed", part=self.parts_name(target), name=self.source.name,
-                                      index=target + 1, parts=len(self.parts))  # no longer short of a better part
-            return False
-        first, last, _ = self.parts[target]
-        prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
-                                 self.source, first=first, last=last)
-        self.document, self.prefilled = prefilled.document, prefilled
-        if target == best:
-            self.notice = Message("notice.routed", part=prefilled.document.part.name, name=self.source.name,
-                                  index=target + 1, parts=len(self.parts))
+        best = route(self.source, self.parts, question, current=current)
+        ready = self._ready_parts() if self.ready_only else set()
+        target = route(self.source, self.parts, question, current=current, among=ready) if (
+            ready and best not in ready) else best
+        switched = target != current or self.prefilled is None
+        if switched:
+            first, last, _ = self.parts[target]
+            prefilled = prefill_part(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
+                                     self.source, first=first, last=last)
+            self.document, self.prefilled = prefilled.document, prefilled
+        said = {"part": self.document.part.name, "name": self.source.name, "index": target + 1,
+                "parts": len(self.parts)}
+        if target != best:
+            self.notice = Message("notice.routed_ready", best=best + 1, **said)
+        elif switched or (self.notice is not None and self.notice.key == "notice.routed_ready"):
+            self.notice = Message("notice.routed", **said)  # (no longer short of a better part)
         return target != current
 
     def _ready_parts(self) -> set[int]:
@@ -175,11 +173,6 @@ class Session:
         if self.engine.info.keeps_caches:
             ready |= {i for i, (first, _, _) in enumerate(self.parts) if self._has_part(first)}
         return ready
-
-    def parts_name(self, index: int) -> Message:
-        """'pages 20-36 of 36': part `index` of the source, named in its unit."""
-        first, last, _ = self.parts[index]
-        return select(self.source, first, last).part.name
 
     def read_ahead(self, on_ready: Callable[[int, int], None] | None = None) -> int:
         """Read the long document's parts that were not read yet, one at a time, so that a question routed to one
