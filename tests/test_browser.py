@@ -220,7 +220,7 @@ def test_the_source_on_its_page_and_the_conversation_downloaded(server, browser,
 
 
 def test_a_36_page_pdf_longer_than_the_model_reads_answers_from_the_right_part(server, browser, tmp_path):
-    """A 36-page PDF of about 14k tokens (the default model reads 7,424 with its reserve) is cut into parts of whole
+    """A 36-page PDF of about 10k tokens (the default model reads 7,424 with its reserve) is cut into parts of whole
     pages; a question about page 30 is answered from the part that holds it, the page says so, and the answer's first
     source is shown on page 30 of the whole document."""
     from fpdf import FPDF
@@ -229,10 +229,10 @@ def test_a_36_page_pdf_longer_than_the_model_reads_answers_from_the_right_part(s
     pdf = FPDF()
     pdf.set_font("helvetica", size=10)
     for n in range(1, 37):
-        start = (n * 1700) % (len(sample) - 1700)
+        start = (n * 1200) % (len(sample) - 1200)
         pdf.add_page()
         pdf.multi_cell(0, 5, f"Notes for section {n}. The harbour master of section {n} is called Captain{n}x.\n\n"
-                             + sample[start: start + 1700])
+                             + sample[start: start + 1200])
     path = tmp_path / "harbours.pdf"
     path.write_bytes(bytes(pdf.output()))
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1400})
