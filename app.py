@@ -213,12 +213,27 @@ def latency_plot(session: Session | None, lang: str = "en"):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1)
 def chinese_font() -> str | None:
-    """The name of a font with Chinese glyphs that matplotlib knows here (Debian: fonts-wqy-microhei), or None."""
+    """The name of a font with Chinese glyphs that matplotlib knows here (Debian: fonts-wqy-microhei), or None.
+    matplotlib keeps its list of fonts on disk and never looks again by itself, so a font installed after it first
+    ran is missing from it: then the system's font files it lacks are added once (a font installed while the app
+    runs shows after a restart)."""
     from matplotlib import font_manager
 
-    known = {font.name for font in font_manager.fontManager.ttflist}
-    return next((name for name in CJK_FONTS if name in known), None)
+    def known() -> str | None:
+        names = {font.name for font in font_manager.fontManager.ttflist}
+        return next((name for name in CJK_FONTS if name in names), None)
+
+    if known() is None:
+        listed = {font.fname for font in font_manager.fontManager.ttflist}
+        for path in font_manager.findSystemFonts():
+            if path not in listed:
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):  # a file it cannot read: the others still count
+                    continue
+    return known()
 
 
 def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[str, str]]:

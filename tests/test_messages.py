@@ -145,3 +145,22 @@ def test_the_language_follows_accept_language(header, language):
 
 def test_an_unknown_language_reads_english():
     assert say("ui.ask", "fr") == say("ui.ask", "en") == "Ask" and say("ui.ask", "zh") == "提问"
+
+
+def test_a_chinese_font_installed_after_matplotlib_listed_its_fonts_is_found(monkeypatch):
+    """matplotlib keeps its font list on disk; a machine that installed fonts-wqy-microhei after matplotlib first ran
+    still gets Chinese plot labels."""
+    from matplotlib import font_manager
+
+    import app as app_module
+
+    font = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+    if not font.exists():
+        pytest.skip("needs fonts-wqy-microhei (installed by .ci/run)")
+    stale = [f for f in font_manager.fontManager.ttflist if "wqy" not in f.fname.lower()]  # as listed before it
+    monkeypatch.setattr(font_manager.fontManager, "ttflist", stale)
+    app_module.chinese_font.cache_clear()
+    try:
+        assert app_module.chinese_font() == "WenQuanYi Micro Hei"
+    finally:
+        app_module.chinese_font.cache_clear()
