@@ -28,7 +28,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when what a file holds or how it is laid out changes: older files then miss
+FORMAT = 2  # bump when what a file holds or how it is laid out changes: older files then miss (2: the checksum
+#            covers the header's fields too)
 SUFFIX = ".safetensors"
 STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died: removed when the store opens
 
@@ -81,10 +82,14 @@ def weights_fingerprint(model: torch.nn.Module, *, samples: int = 4096) -> str:
     return digest.hexdigest()[:32]
 
 
-def _checksum(tensors: dict[str, torch.Tensor], names: Sequence[str]) -> str:
-    digest = hashlib.sha256()
+def _checksum(tensors: dict[str, torch.Tensor], names: Sequence[str], meta: dict[str, str]) -> str:
+    """SHA-256 of the header's fields (all but the checksum itself), then each tensor's name, dtype, shape and bytes:
+    a damaged byte anywhere in the file changes it, or stops the file from parsing."""
+    digest = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
     for name in names:
-        digest.update(tensors[name].contiguous().view(torch.uint8).reshape(-1).numpy().data)
+        tensor = tensors[name].contiguous()
+        digest.update(f"{name}{tensor.dtype}{tuple(tensor.shape)}".encode())
+        digest.update(tensor.view(torch.uint8).reshape(-1).numpy().data)
     return digest.hexdigest()
 
 
@@ -140,7 +145,7 @@ class KVStore:
             layers = int(meta["layers"])
             names = _names(layers)
             tensors = {name: f.get_tensor(name) for name in [*names, "ids"]}
-        if _checksum(tensors, [*names, "ids"]) != meta.get("sha256"):
+        if _checksum(tensors, [*names, "ids"], meta) != meta.get("sha256"):
             raise ValueError("checksum mismatch (the file is damaged)")
         ids = tuple(tensors["ids"].tolist())
         layers_out = [(tensors[f"k.{i}"].to(device), tensors[f"v.{i}"].to(device)) for i in range(layers)]
@@ -195,10 +200,10 @@ class KVStore:
                         "not written", nbytes / 2**20, self.limit_bytes / 2**20)
             return False
         meta = {"format": str(FORMAT), "key": json.dumps(asdict(key), sort_keys=True), "layers": str(len(tensors)),
-                "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "sha256": _checksum(named, [*_names(len(tensors)), "ids"])}
+                "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if read_s is not None:
             meta["read_s"] = f"{read_s:.6f}"
+        meta["sha256"] = _checksum(named, [*_names(len(tensors)), "ids"], meta)
         path = self.path(key)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:

@@ -136,6 +136,27 @@ def test_a_corrupted_byte_anywhere_is_detected_and_the_document_read_again(tiny_
     assert_same_cache(fresh, doc)
 
 
+@pytest.mark.parametrize("field", ["written", "read_s", "date_string", "layers"])
+def test_a_damaged_byte_in_any_header_field_is_detected(tiny_lm, tmp_path, caplog, field):
+    """The header's own fields (the time written, the first read's time...) are inside the checksum: a flipped digit
+    there was once restored as if whole, depending on where a fixed offset happened to land."""
+    import json
+    import struct
+
+    engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
+    path = stored_file(engine)
+    data = bytearray(path.read_bytes())
+    (size,) = struct.unpack("<Q", data[:8])
+    value = json.loads(data[8: 8 + size])["__metadata__"][field]
+    at = data.index(f'"{field}":"{value}"'.encode(), 8) + len(field) + 4  # the value's first character
+    data[at] = ord("7") if data[at] != ord("7") else ord("8")  # still valid JSON, still a plausible value
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
+    assert doc.cache_source == "prefill" and "kvqa store: ignoring" in caplog.text
+    assert_same_cache(fresh, doc)
+
+
 @pytest.mark.parametrize("keep", [0, 7, 0.5, -1])
 def test_a_truncated_file_is_detected(tiny_lm, tmp_path, keep):
     engine, _ = prefilled_and_stored(tiny_lm, tmp_path)
