@@ -213,7 +213,6 @@ def latency_plot(session: Session | None, lang: str = "en"):
 
 
 @functools.cache
-@functools.lru_cache(maxsize=1)
 def chinese_font() -> str | None:
     """The name of a font with Chinese glyphs that matplotlib knows here (Debian: fonts-wqy-microhei), or None.
     matplotlib keeps its list of fonts on disk and never looks again by itself, so a font installed after it first
