@@ -28,7 +28,7 @@ from .messages import Message
 from .model import LoadedModel
 from .prompt import ChatPrompt
 from .rerank import passage_order
-from .results import Answer, AnswerStream, PrefilledDocument
+from .results import Answer, AnswerStream, PrefilledDocument, close_events
 from .sources import find_sources, quotes
 from .support import unsupported
 from .timing import Timings, now
@@ -270,7 +270,7 @@ def with_sources(events: Iterator[str | Answer], document: Document, question: s
                                 timings=replace(event.timings, sources_s=time.perf_counter() - started))
             yield event
     finally:
-        getattr(events, "close", lambda: None)()  # the answer's own clean-up (rollback) runs now, not when collected
+        close_events(events)  # the answer's own clean-up (the rollback) runs now, not when collected
 
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:

@@ -31,6 +31,14 @@ class Answer:
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.support)
 
 
+def close_events(events: Iterator) -> None:
+    """End an iterator early when it can be ended (a generator runs its clean-up now, not when collected); a plain
+    iterator has nothing to end."""
+    end = getattr(events, "close", None)
+    if end is not None:
+        end()
+
+
 class AnswerStream:
     """An answer as it is produced. Every engine's answer is one stream of events: text pieces (str), then, last, the
     finished Answer (as mlx-lm's stream_generate ends with its response). Iterate this for the text pieces; `.answer`
@@ -69,9 +77,7 @@ class AnswerStream:
             yield self.answer
 
     def close(self) -> None:
-        close = getattr(self._events, "close", None)
-        if close is not None:
-            close()
+        close_events(self._events)
 
     def __enter__(self) -> AnswerStream:
         return self

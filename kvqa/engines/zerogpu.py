@@ -38,7 +38,7 @@ from ..generate import (
 from ..model import LoadedModel, load_model
 from ..prompt import ChatPrompt
 from ..restore import cache_key, restore
-from ..results import Answer, AnswerStream, PrefilledDocument
+from ..results import Answer, AnswerStream, PrefilledDocument, close_events
 from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
@@ -254,14 +254,14 @@ class ZeroGPUEngine:
             first = next(events, None)
             if isinstance(first, FileMissed):
                 self._missed(doc)
-                _close(events)
+                close_events(events)
                 events = self._stream_on_gpu(without_tokenizer(doc), question, self.config, max_new_tokens, history)
                 first = next(events, None)
             if first is not None:
                 yield first
             yield from events
         finally:
-            _close(events)
+            close_events(events)
 
     def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop,
                 history) -> Iterator[str | Answer]:
@@ -304,13 +304,6 @@ class ZeroGPUEngine:
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         return self.local.remembered(doc, history, question)
-
-
-def _close(events) -> None:
-    """End a GPU function's generator early (the real `spaces` returns one; a stand-in may return any iterator)."""
-    close = getattr(events, "close", None)
-    if close is not None:
-        close()
 
 
 def _gpu_dtype(config: Config):
