@@ -30,6 +30,11 @@ class Preset:
     gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
     chinese: bool = False  # reads and answers Chinese (Qwen's families); the others are English models
 
+    @property
+    def name(self) -> str:
+        """The hub id's last part, as a loaded model names itself: "SmolLM2-135M-Instruct"."""
+        return self.model.rsplit("/", 1)[-1]
+
     @cached_property
     def settings(self) -> dict:
         """The architecture's config.json values, read once."""
@@ -80,7 +85,7 @@ PRESETS = (
 def preset_for(model: str) -> Preset | None:
     """The tested preset a model is (by hub id, or by its last part, as a loaded model names itself), or None."""
     name = model.rstrip("/").rsplit("/", 1)[-1].lower()
-    return next((p for p in PRESETS if p.model.rsplit("/", 1)[-1].lower() == name), None)
+    return next((p for p in PRESETS if p.name.lower() == name), None)
 
 
 def language_note(model: str, text: str) -> Message | None:
@@ -90,7 +95,7 @@ def language_note(model: str, text: str) -> Message | None:
     if preset is None or preset.chinese or not mostly_chinese(text):
         return None
     better = next(p.model for p in PRESETS if p.chinese)
-    return Message("notice.english_model", model=preset.model.rsplit("/", 1)[-1], better=better)
+    return Message("notice.english_model", model=preset.name, better=better)
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:
