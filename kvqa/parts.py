@@ -183,16 +183,12 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
     return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
 
 
-def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
-          among: Collection[int] | None = None) -> int:
-    """The index of the part that holds the document's passages best matching the question: each of the best
+def part_scores(document: Document, parts: Sequence[tuple[int, int, int]], question: str) -> list[float]:
+    """How well each part holds the document's passages best matching the question: each of the best
     ROUTE_PASSAGES passages (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one adds its BM25
     score to each part, times the share of its best-matching sentence inside that part (a passage may run over a
-    paragraph two parts share); `current` when it scores as well as any, or nothing matches. Near-duplicates below
-    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed).
-    among: only these parts may be chosen (the ones ready), the best of them."""
-    if len(parts) < 2:
-        return 0
+    paragraph two parts share). Near-duplicates below the threshold cannot outvote the best passage (a document
+    repeating a sentence with one word changed)."""
     spans = [_offsets(document, a, b) for a, b, _ in parts]
     score = [0.0] * len(parts)
     found = scored_evidence(document.text, question, limit=ROUTE_PASSAGES)
@@ -202,6 +198,16 @@ def route(document: Document, parts: Sequence[tuple[int, int, int]], question: s
         start, end = best_sentence(document.text, start, end, question) or (start, end)
         for i, (a, b) in enumerate(spans):
             score[i] += points * max(0, min(end, b) - max(start, a)) / max(end - start, 1)
+    return score
+
+
+def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
+          among: Collection[int] | None = None) -> int:
+    """The index of the part scoring best for the question (part_scores); `current` when it scores as well as any,
+    or nothing matches. among: only these parts may be chosen (the ones ready), the best of them."""
+    if len(parts) < 2:
+        return 0
+    score = part_scores(document, parts, question)
     allowed = range(len(parts)) if among is None else sorted(among)
     best = max(score[i] for i in allowed)
     if current in allowed and score[current] >= best - 1e-9:
@@ -232,5 +238,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["notice", "parse_range", "plan", "planned_parts", "prefill_part", "prefill_parts", "route", "select",
-           "unit_name", "unit_total", "units"]
+__all__ = ["notice", "parse_range", "part_scores", "plan", "planned_parts", "prefill_part", "prefill_parts", "route",
+           "select", "unit_name", "unit_total", "units"]

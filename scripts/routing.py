@@ -26,9 +26,20 @@ from kvqa.parts import plan, route, span_text, units  # noqa: E402
 from kvqa.prompt import system_text  # noqa: E402
 
 
-def long_documents(path: Path, count, min_tokens: int,
-                   max_docs: int) -> list[tuple[str, list[tuple[str, int, str]]]]:
-    """(text, [(question, gold offset, gold), ...]) for documents of consecutive articles of at least min_tokens."""
+def gold_offset(context: str, gold: str, labelled: int) -> int:
+    """Where the gold answer lies: its occurrence nearest the labelled start (sets' starts are often off by a
+    character or two; the first occurrence may be another mention of the same words), or -1."""
+    found, at = [], context.find(gold)
+    while at >= 0:
+        found.append(at)
+        at = context.find(gold, at + 1)
+    return min(found, key=lambda a: abs(a - labelled), default=-1)
+
+
+def long_documents(path: Path, count, min_tokens: int, max_docs: int, *,
+                   single: bool = False) -> list[tuple[str, list[tuple[str, int, str]]]]:
+    """(text, [(question, gold offset, gold), ...]) for documents of consecutive articles of at least min_tokens;
+    single: each article alone, the ones of at least min_tokens (one long paper, not several)."""
     data = json.loads(path.read_text(encoding="utf-8"))["data"]
     docs, parts, asked, offset, tokens = [], [], [], 0, 0
     for article in data:
@@ -37,10 +48,11 @@ def long_documents(path: Path, count, min_tokens: int,
         body = []
         for para in article["paragraphs"]:
             context = para["context"].strip("\n")
+            lead = len(para["context"]) - len(para["context"].lstrip("\n"))
             for qa in para["qas"]:
                 answers = [a for a in qa.get("answers", []) if a["text"].strip()]
                 if answers and qa["question"].strip():
-                    at = context.find(answers[0]["text"])
+                    at = gold_offset(context, answers[0]["text"], answers[0].get("answer_start", 0) - lead)
                     if at >= 0:
                         asked.append((qa["question"].strip(), offset + at, answers[0]["text"]))
             body.append(context)
@@ -51,9 +63,10 @@ def long_documents(path: Path, count, min_tokens: int,
         offset = sum(len(p) + 2 for p in parts)
         if tokens >= min_tokens:
             docs.append(("\n\n".join(parts), asked))
-            parts, asked, offset, tokens = [], [], 0, 0
             if len(docs) == max_docs:
                 break
+        if tokens >= min_tokens or single:
+            parts, asked, offset, tokens = [], [], 0, 0
     return docs
 
 
@@ -63,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lang", default="en", help="its language (a label for the report)")
     parser.add_argument("--min-tokens", type=int, default=20_000, help="a long document's least tokens")
     parser.add_argument("--docs", type=int, default=5, help="how many long documents")
+    parser.add_argument("--single", action="store_true",
+                        help="each article alone (those of at least --min-tokens), not several joined")
     parser.add_argument("--context", type=int, default=8192, help="the model's context in tokens")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the default model's)")
     args = parser.parse_args(argv)
@@ -81,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     prompt = count(system_text(""))  # what every read adds around its text: instructions, template
     room = args.context - config.reserve_tokens - prompt - 32
     rows = []
-    for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs), start=1):
+    for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs,
+                                                                 single=args.single), start=1):
         document = document_from_text(text, name=f"{args.squad.stem}-long-{n}")
         assert document.text == text, "the document's text must keep the gold offsets"
         assert all(text[at: at + len(gold)] == gold for _, at, gold in asked)
