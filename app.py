@@ -32,7 +32,7 @@ from kvqa.engines import Engine, make_engine
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
-from kvqa.parts import parse_range, planned_parts, select, unit_name, unit_total
+from kvqa.parts import parse_range, part_of, planned_parts, select, unit_name, unit_total
 from kvqa.presets import language_note, offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -388,8 +388,18 @@ class KvqaApp:
                 self.ahead_timer: gr.Timer(active=session is not None and session in self.reading_ahead),
                 self.chat: chat_messages(session, lang),
                 self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
-                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang)} | self.evidence(
-                    session, None, lang)
+                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang),
+                self.also_btn: self.also_button(session, lang)} | self.evidence(session, None, lang)
+
+    @staticmethod
+    def also_button(session: Session | None, lang: str = "en"):
+        """'Ask again from part 3 (pages 20-30)': shown when another part matched the last question too."""
+        also = session.also if session is not None and session.turns else None
+        if also is None:
+            return gr.update(visible=False)
+        first, last, _ = session.parts[also]
+        return gr.update(visible=True, value=say("answer.ask_again_from", lang, index=also + 1,
+                                                 part=part_of(session.source, first, last).name))
 
     def evidence(self, session: Session | None, pick: str | None, lang: str = "en") -> dict:
         """The evidence viewer: every source of the conversation's answers to choose from, and the chosen one (by
@@ -626,9 +636,20 @@ class KvqaApp:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
         return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, lang, request, progress)
 
-    def on_ask(self, question, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress()):
+    def on_ask_also(self, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress()):
+        """UI: ask the last question again, from the other part that matched it too (Session.also)."""
+        if session is None or session.also is None or not session.turns:
+            yield warn(QuestionError("question.no_document" if session is None else "question.nothing_to_ask_again"),
+                       lang)
+            return
+        yield from self.on_ask(session.turns[-1].question, session, baseline, remember, lang, ready_only, progress,
+                               part=session.also)
+
+    def on_ask(self, question, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress(),
+               part=None):
         """UI: stream the answer into the chat, then its latency. ready_only: a long document's question is answered
-        from the best part ready rather than waiting for the part that matches it best to be read."""
+        from the best part ready rather than waiting for the part that matches it best to be read. part: from this
+        part instead (an index into session.parts)."""
         if session is not None:
             session.remember, session.ready_only = bool(remember), bool(ready_only)
         if session is None:
@@ -645,7 +666,7 @@ class KvqaApp:
 
         reading = say("progress.reading_part" if len(session.parts) > 1 else "progress.reading_again", lang)
         try:
-            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt, on_part=part_read,
+            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt, on_part=part_read, part=part,
                              progress=lambda f: progress(f, desc=reading)) as pieces:
                 text = ""
                 for piece in pieces:
@@ -788,6 +809,7 @@ class KvqaApp:
                         remember_box = localized(gr.Checkbox, {"label": "ui.remember"}, elem_id="remember")
                         new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
                                             elem_id="new-conversation")
+                    self.also_btn = gr.Button(visible=False, size="sm", elem_id="ask-also")
                     ready_box = localized(gr.Checkbox, {"label": "ui.ready_only"}, elem_id="ready-only")
                     baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
                     with gr.Row():
@@ -803,7 +825,7 @@ class KvqaApp:
             self.ahead_timer.tick(self.on_tick, [self.state, self.lang], [self.status, self.ahead_timer],
                                   api_visibility="private")
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
-                     self.evidence_page, self.evidence_text, self.ahead_timer]
+                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn]
             lang = self.lang
             upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
             read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
@@ -814,6 +836,8 @@ class KvqaApp:
             for trigger in (ask_btn.click, self.question.submit):
                 trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box, lang, ready_box],
                         shown + [self.question], api_visibility="private")
+            self.also_btn.click(self.on_ask_also, [self.state, baseline_box, remember_box, lang, ready_box],
+                                shown + [self.question], api_visibility="private")
             remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
                                 api_visibility="private")
             new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat], queue=False,

@@ -50,7 +50,19 @@ def _ask(args: argparse.Namespace) -> int:
     from .engines import make_engine
     from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
     from .messages import Message
-    from .parts import notice, parse_range, prefill_part, prefill_parts, route, select
+    from .parts import (
+        choose,
+        notice,
+        parse_range,
+        part_of,
+        part_scores,
+        passage_shares,
+        prefill_part,
+        prefill_parts,
+        runner_up,
+        select,
+        unit_name,
+    )
     from .presets import language_note
     from .store import store_for
 
@@ -128,7 +140,9 @@ def _ask(args: argparse.Namespace) -> int:
     current = 0
     for q in questions:
         if not args.no_cache and not part and len(parts) > 1:  # to the part that matches the question best
-            target = route(document, parts, q, current=current)
+            shares = passage_shares(document, parts, q)
+            target = choose(part_scores(shares, len(parts)), current=current)
+            also = runner_up(shares, target)
             if target != current:
                 first, last, _ = parts[target]
                 doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
@@ -137,6 +151,12 @@ def _ask(args: argparse.Namespace) -> int:
                 routed = Message("notice.routed", part=read.part.name, name=document.name, index=target + 1,
                                  parts=len(parts))
                 print(f"kvqa: {routed}", file=sys.stderr)
+            if also is not None:
+                first, last, _ = parts[also]
+                flag = "pages" if unit_name(document) == "pages" else "chars"
+                print("kvqa: " + str(Message("cli.also", also=also + 1, parts=len(parts), flag=flag,
+                                             also_part=part_of(document, first, last).name, part=read.part.name,
+                                             range=f"{first}-{last}")), file=sys.stderr)
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
         with run(q) as pieces:

@@ -119,6 +119,20 @@ CATALOG: dict[str, tuple[str, str]] = {
     "notice.routed": (
         "Answering from part {index} of {parts} of {name} ({part}): the part that best matches the question.",
         "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是与问题最匹配的部分。"),
+    "notice.routed_also": (
+        "Answering from part {index} of {parts} of {name} ({part}): the part that best matches the question. Part "
+        "{also} ({also_part}) matches it too: if the answer is not here, ask again from that part.",
+        "正在从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答：这是与问题最匹配的部分。第 {also} 部分"
+        "（{also_part}）也与问题相符：如果答案不在这里，请从该部分再问一次。"),
+    "notice.routed_asked": (
+        "Answering from part {index} of {parts} of {name} ({part}), as asked; the next question goes to the part "
+        "that matches it best again.",
+        "已按要求从 {name} 的第 {index} 部分（共 {parts} 部分，{part}）回答；下一个问题仍会交给最匹配它的部分。"),
+    "cli.also": (
+        "part {also} of {parts} ({also_part}) matches this question too: if the answer is not in {part}, ask again "
+        "with --{flag} {range}.",
+        "第 {also} 部分（共 {parts} 部分，{also_part}）也与这个问题相符：如果答案不在{part}中，请加上 --{flag} {range} "
+        "再问一次。"),
     "answer.part": ("From {part}.", "出自{part}。"),
     "notice.chosen": ("Read {part} of {name}, as chosen.", "已按所选读取 {name} 的{part}。"),
     "notice.fits_pages": (
@@ -142,6 +156,12 @@ CATALOG: dict[str, tuple[str, str]] = {
         "The question with the conversation before it is {tokens:,} tokens; the limit is {limit:,}. Ask something "
         "shorter, or start a new conversation.",
         "问题连同之前的对话有 {tokens:,} 个 token，上限是 {limit:,}。请问得短一些，或开始新对话。"),
+    "question.nothing_to_ask_again": (
+        "No other part matched the last question: ask a new one.",
+        "没有其他部分与上一个问题相符：请提一个新问题。"),
+    "question.no_such_part": (
+        "There is no part {part} to answer from: this document has {parts} parts. Ask the question again.",
+        "没有第 {part} 部分可供回答：本文档共 {parts} 部分。请重新提问。"),
     "question.no_document": (
         "No document is loaded yet: upload a file, paste text, or load the sample first.",
         "还没有加载文档：请先上传文件、粘贴文字或加载示例。"),
@@ -441,6 +461,7 @@ CATALOG: dict[str, tuple[str, str]] = {
     "ui.remember": ("Remember this conversation (follow-up questions)", "记住这段对话（可追问）"),
     "ui.ready_only": ("Long documents: answer from the parts read so far, not waiting for the part that matches best",
                       "长文档：用已读取的部分回答，不等待最匹配的部分读完"),
+    "answer.ask_again_from": ("Ask again from part {index} ({part})", "从第 {index} 部分（{part}）再问一次"),
     "ui.new_conversation": ("New conversation", "新对话"),
     "ui.export": ("Download the conversation", "下载对话"),
     "ui.exported": ("The conversation: Markdown and JSON", "对话：Markdown 与 JSON"),

@@ -21,6 +21,7 @@ from .sources import best_sentence, scored_evidence
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
 ROUTE_THRESHOLD = 0.8  # ... of those scoring at least this share of the best (docs/quality.md)
+ALSO_MATCHES = 0.5  # another part scoring at least this share of the chosen one's is named to the user
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 
 
@@ -51,15 +52,19 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
     return first, last
 
 
+def part_of(document: Document, first: int, last: int) -> Part:
+    """Pages (PDF) or characters (text) first..last of the document, named as a Part ("pages 20-30 of 36")."""
+    return Part(unit_name(document), first, last, unit_total(document))
+
+
 def select(document: Document, first: int, last: int) -> Document:
     """The document's pages (PDF) or characters (text) first..last, 1-based and inclusive, as a Document."""
+    part = part_of(document, first, last)
     if document.page_starts:
         start, end = _offsets(document, first, last)
         text = document.text[start: end].lstrip("\n")
-        part = Part("pages", first, last, len(document.page_starts))
     else:
         text = document.text[first - 1: last]
-        part = Part("characters", first, last, len(document.text))
     if first == 1 and part.last == part.total:
         return document
     return replace(document, text=text, page_starts=(), part=part)
@@ -183,22 +188,26 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
     return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
 
 
-def part_scores(document: Document, parts: Sequence[tuple[int, int, int]], question: str) -> list[float]:
-    """How well each part holds the document's passages best matching the question: each of the best
-    ROUTE_PASSAGES passages (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one adds its BM25
-    score to each part, times the share of its best-matching sentence inside that part (a passage may run over a
-    paragraph two parts share). Near-duplicates below the threshold cannot outvote the best passage (a document
-    repeating a sentence with one word changed)."""
+def passage_shares(document: Document, parts: Sequence[tuple[int, int, int]],
+                   question: str) -> list[tuple[float, list[float]]]:
+    """The document's passages best matching the question, as (BM25 points, the share of the passage inside each
+    part): the best ROUTE_PASSAGES (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one, each
+    placed by its best-matching sentence (a passage may run over a paragraph two parts share). Near-duplicates below
+    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed)."""
     spans = [_offsets(document, a, b) for a, b, _ in parts]
-    score = [0.0] * len(parts)
     found = scored_evidence(document.text, question, limit=ROUTE_PASSAGES)
+    shares = []
     for start, end, points in found:
         if points < ROUTE_THRESHOLD * found[0][2]:
             break
         start, end = best_sentence(document.text, start, end, question) or (start, end)
-        for i, (a, b) in enumerate(spans):
-            score[i] += points * max(0, min(end, b) - max(start, a)) / max(end - start, 1)
-    return score
+        shares.append((points, [max(0, min(end, b) - max(start, a)) / max(end - start, 1) for a, b in spans]))
+    return shares
+
+
+def part_scores(shares: list[tuple[float, list[float]]], count: int) -> list[float]:
+    """How well each of `count` parts holds the best-matching passages (passage_shares): their points, shared."""
+    return [sum(points * share[i] for points, share in shares) for i in range(count)]
 
 
 def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
@@ -207,12 +216,29 @@ def route(document: Document, parts: Sequence[tuple[int, int, int]], question: s
     or nothing matches. among: only these parts may be chosen (the ones ready), the best of them."""
     if len(parts) < 2:
         return 0
-    score = part_scores(document, parts, question)
-    allowed = range(len(parts)) if among is None else sorted(among)
-    best = max(score[i] for i in allowed)
-    if current in allowed and score[current] >= best - 1e-9:
+    return choose(part_scores(passage_shares(document, parts, question), len(parts)), current=current, among=among)
+
+
+def choose(scores: Sequence[float], *, current: int = 0, among: Collection[int] | None = None) -> int:
+    """route() on scores already computed."""
+    allowed = range(len(scores)) if among is None else sorted(among)
+    best = max(scores[i] for i in allowed)
+    if current in allowed and scores[current] >= best - 1e-9:
         return current
-    return next(i for i in allowed if score[i] == best)
+    return next(i for i in allowed if scores[i] == best)
+
+
+def runner_up(shares: list[tuple[float, list[float]]], chosen: int) -> int | None:
+    """Another part that also matches the question with passages the chosen part lacks (their points at least
+    ALSO_MATCHES of the chosen part's), the best such, or None. A question asked in words several parts share may
+    have its answer there (how often: docs/quality.md, "Long documents")."""
+    if not shares:
+        return None
+    own = sum(points * share[chosen] for points, share in shares)
+    elsewhere = [sum(points * share[i] * (1 - share[chosen]) for points, share in shares)
+                 for i in range(len(shares[0][1]))]
+    best = max((i for i in range(len(elsewhere)) if i != chosen), key=lambda i: elsewhere[i], default=None)
+    return best if best is not None and elsewhere[best] > 0 and elsewhere[best] >= ALSO_MATCHES * own else None
 
 
 def _offsets(document: Document, first: int, last: int) -> tuple[int, int]:
@@ -238,5 +264,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["notice", "parse_range", "part_scores", "plan", "planned_parts", "prefill_part", "prefill_parts", "route",
-           "select", "unit_name", "unit_total", "units"]
+__all__ = ["choose", "notice", "parse_range", "part_of", "part_scores", "passage_shares", "plan", "planned_parts",
+           "prefill_part", "prefill_parts", "route", "runner_up", "select", "unit_name", "unit_total", "units"]

@@ -20,7 +20,7 @@ from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .messages import Message
-from .parts import notice, prefill_part, prefill_parts, route
+from .parts import choose, notice, part_of, part_scores, passage_shares, prefill_part, prefill_parts, runner_up
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source
@@ -87,6 +87,7 @@ class Session:
         self.source: Document | None = None  # the document as loaded: every page or character of it
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
+        self.also: int | None = None  # another part matching the last question too (kvqa.parts.runner_up)
         self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
         self.pinned = False  # the user chose the part: questions are not routed to another
         self.ready_only = False  # a question goes to the best of the parts ready (in memory or the store) instead of
@@ -141,16 +142,21 @@ class Session:
         # by its first unit: a part whose prompt came out a few tokens over is read a unit shorter (prefill_part)
         return next((i for i, (a, _, _) in enumerate(self.parts) if a == read.first), 0)
 
-    def _read_part_for(self, question: str, progress) -> bool:
+    def _read_part_for(self, question: str, progress, part: int | None = None) -> bool:
         """Route the question to the part of a long document that holds its best-matching passages, reading that
         part now (or restoring it from the store) when it is not the one read; a pinned part stays. With ready_only,
-        a best part that is not ready gives way to the best of those that are. True when another part was read."""
-        if self.pinned or len(self.parts) < 2:
+        a best part that is not ready gives way to the best of those that are. part: this part (an index into
+        self.parts) instead, for this question only. True when another part was read."""
+        self.also = None
+        if part is not None and not 0 <= part < len(self.parts):
+            raise QuestionError("question.no_such_part", part=part + 1, parts=len(self.parts))
+        if part is None and (self.pinned or len(self.parts) < 2):
             return False
         current = self.part_index
-        best = route(self.source, self.parts, question, current=current)
-        ready = self._ready_parts() if self.ready_only else set()
-        target = route(self.source, self.parts, question, current=current, among=ready) if (
+        shares = passage_shares(self.source, self.parts, question)
+        best = choose(part_scores(shares, len(self.parts)), current=current) if part is None else part
+        ready = self._ready_parts() if self.ready_only and part is None else set()
+        target = choose(part_scores(shares, len(self.parts)), current=current, among=ready) if (
             ready and best not in ready) else best
         switched = target != current or self.prefilled is None
         if switched:
@@ -160,9 +166,17 @@ class Session:
             self.document, self.prefilled = prefilled.document, prefilled
         said = {"part": self.document.part.name, "name": self.source.name, "index": target + 1,
                 "parts": len(self.parts)}
-        if target != best:
+        self.also = runner_up(shares, target) if part is None else None
+        if part is not None:
+            self.notice = Message("notice.routed_asked", **said)
+        elif target != best:
             self.notice = Message("notice.routed_ready", best=best + 1, **said)
-        elif switched or (self.notice is not None and self.notice.key == "notice.routed_ready"):
+        elif self.also is not None:
+            first, last, _ = self.parts[self.also]
+            self.notice = Message("notice.routed_also", also=self.also + 1,
+                                  also_part=part_of(self.source, first, last).name, **said)
+        elif switched or (self.notice is not None and self.notice.key in ("notice.routed_ready", "notice.routed_also",
+                                                                          "notice.routed_asked")):
             self.notice = Message("notice.routed", **said)  # (no longer short of a better part)
         return target != current
 
@@ -265,25 +279,27 @@ class Session:
 
     def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
             on_rebuild: Callable[[PrefilledDocument], None] | None = None,
-            on_part: Callable[[PrefilledDocument], None] | None = None) -> AnswerStream:
+            on_part: Callable[[PrefilledDocument], None] | None = None, part: int | None = None) -> AnswerStream:
         """Stream the answer from the document's cache and record the turn. If the cache was evicted it is rebuilt
         first and on_rebuild(prefilled) is called. A document cut into parts answers from the part that matches the
         question best (unless one is pinned): when that is not the part read, it is read first (or restored from the
         store) and on_part(prefilled) is called. With baseline=True the question is answered again without the
-        cache afterwards, to measure the real speedup (Turn.baseline). Nothing runs until the stream is iterated;
-        closing it early ends the answer and frees the session at once."""
+        cache afterwards, to measure the real speedup (Turn.baseline). part: answer from this part of a long
+        document (an index into self.parts; self.also names one that matched the last question too) instead of the
+        one routing picks, for this question only. Nothing runs until the stream is iterated; closing it early ends
+        the answer and frees the session at once."""
         if self.document is None:
             raise QuestionError("question.no_document")
         return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild,
-                                      on_part=on_part))
+                                      on_part=on_part, part=part))
 
-    def _ask(self, question, *, baseline, progress, on_rebuild, on_part) -> Iterator[str | Answer]:
+    def _ask(self, question, *, baseline, progress, on_rebuild, on_part, part) -> Iterator[str | Answer]:
         with self._exclusive():
             self._stop.clear()
             evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
             if evicted:
                 self.prefilled = None
-            switched = self._read_part_for(question, progress)
+            switched = self._read_part_for(question, progress, part)
             if self.prefilled is None:
                 self.prefilled = self._prefill(self.document, progress=progress)
             if switched and on_part is not None:

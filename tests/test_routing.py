@@ -12,8 +12,9 @@ from fakes import FakeEngine
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents import Document, document_from_text
+from kvqa.errors import QuestionError
 from kvqa.messages import render
-from kvqa.parts import plan, route
+from kvqa.parts import plan, route, runner_up
 from kvqa.session import Session
 
 TOPICS = ["lighthouse keeper pelican", "ferry timetable harbour", "orchard apples pears", "railway viaduct granite",
@@ -155,3 +156,67 @@ def test_many_near_duplicates_do_not_outvote_the_best_passage():
     parts = [(1, half, 0), (half - 20, len(text), 0)]
     assert route(document, parts, "Who is the harbour master of section 8?") == 1
     assert route(document, parts, "Who is the harbour master of section 2?") == 0
+
+
+def test_another_part_that_matches_as_well_is_named():
+    # (points, share of the passage in each of three parts)
+    assert runner_up([(10.0, [1, 0, 0]), (6.0, [0, 1, 0])], 0) == 1 and runner_up([(6.0, [1, 0, 0]),
+                                                                                  (10.0, [0, 1, 0])], 1) == 0
+    assert runner_up([(10.0, [1, 0, 0]), (4.0, [0, 0, 1])], 0) is None  # too weak
+    assert runner_up([(10.0, [1, 1, 0])], 0) is None  # the same passage, in the paragraph two parts share
+    assert runner_up([], 0) is None
+    engine, session = loaded()
+    session.ask("Where are the pelican and the comet?").answer  # noqa: B018 - one word in the first, one in the last
+    said, chosen = session.notice, session.part_index
+    assert said.key == "notice.routed_also" and session.also is not None and session.also != chosen
+    first, last, _ = session.parts[session.also]
+    other = TEXT[first - 1: last]
+    assert ("comet" in other) != ("comet" in session.document.text)  # the word the chosen part lacks
+    assert f"Part {session.also + 1} (characters {first:,}-{last:,}" in render(said, "en")
+    assert f"第 {session.also + 1} 部分" in render(said, "zh")
+    session.ask("Where are the pelican and the comet?", part=session.also).answer  # noqa: B018 - ask it there
+    assert (session.turns[-1].part.first, session.turns[-1].part.last) == (first, last)
+    assert engine.read[-1].text == other and session.notice.key == "notice.routed_asked" and session.also is None
+    session.ask("What is said about the sourdough?").answer  # noqa: B018 - routed again; one part alone holds it
+    assert session.notice.key == "notice.routed" and session.also is None
+    assert "sourdough" in session.document.text
+
+
+def test_asking_from_a_part_that_does_not_exist_changes_nothing():
+    _, session = loaded()
+    before = (session.document, len(session.turns))
+    with pytest.raises(QuestionError, match=f"this document has {len(session.parts)} parts"):
+        session.ask("Where is the comet?", part=len(session.parts)).answer  # noqa: B018
+    assert (session.document, len(session.turns)) == before
+
+
+def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    kvqa_app.build()
+    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    assert kvqa_app.also_button(session)["visible"] is False  # nothing asked yet
+    shown = list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))[-1]
+    button = shown[kvqa_app.also_btn]
+    first, last, _ = session.parts[session.also]
+    assert button["visible"] and button["value"] == f"Ask again from part {session.also + 1} (characters " \
+        f"{first:,}-{last:,} of {len(TEXT):,})"
+    assert "从第" in kvqa_app.also_button(session, "zh")["value"]
+    shown = list(kvqa_app.on_ask_also(session, False))[-1]
+    assert session.turns[-1].question == session.turns[-2].question and session.turns[-1].part.first == first
+    assert shown[kvqa_app.also_btn]["visible"] is False  # asked there: nothing more to offer
+    warned = []
+    monkeypatch.setattr(app_module.gr, "Warning", warned.append)
+    assert list(kvqa_app.on_ask_also(session, False)) == [{}] and "No other part matched" in warned[0]
+
+
+def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monkeypatch):
+    import kvqa.engines
+    from kvqa.cli import main
+
+    monkeypatch.setattr(kvqa.engines, "make_engine", lambda *a, **k: FakeEngine(context_tokens=120))
+    path = tmp_path / "long.txt"
+    path.write_text(TEXT)
+    assert main(["ask", str(path), "--no-store", "-q", "Where are the pelican and the comet?",
+                 "-q", "What is said about the sourdough?"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "matches this question too" in line]
+    assert len(lines) == 1 and re.search(r"ask again with --chars \d+-\d+\.$", lines[0]), lines
