@@ -697,7 +697,10 @@ class KvqaApp:
         return {self.api_status: (f"{'prefilled' if changed else 'already loaded'} {session.document.name}: "
                                   f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
                                   f"cache {doc.cache_bytes} bytes; {cache_origin(session)}"
-                                  + (f". {session.notice}" if session.notice else "")),
+                                  + (f". {session.notice}" if session.notice else "")
+                                  + (f" Parts ({unit_name(session.source)}): "
+                                     + ", ".join(f"{a}-{b}" for a, b, _ in session.parts) + "."
+                                     if len(session.parts) > 1 else "")),
                 self.state: session}
 
     def api_ask(self, question: str, remember: bool = False, session=None):

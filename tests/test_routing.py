@@ -220,3 +220,13 @@ def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monke
                  "-q", "What is said about the sourdough?"]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "matches this question too" in line]
     assert len(lines) == 1 and re.search(r"ask again with --chars \d+-\d+\.$", lines[0]), lines
+
+
+def test_the_api_prefill_line_lists_the_parts():
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    kvqa_app.build()
+    shown = kvqa_app.api_prefill(text=TEXT)
+    session = shown[kvqa_app.state]
+    listed = ", ".join(f"{a}-{b}" for a, b, _ in session.parts)
+    assert len(session.parts) > 2 and shown[kvqa_app.api_status].endswith(f"Parts (characters): {listed}.")
+    assert "Parts" not in kvqa_app.api_prefill(text="A short note.", session=session)[kvqa_app.api_status]
