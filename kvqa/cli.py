@@ -61,7 +61,6 @@ def _ask(args: argparse.Namespace) -> int:
         prefill_parts,
         runner_up,
         select,
-        unit_name,
     )
     from .presets import language_note
     from .store import store_for
@@ -139,10 +138,13 @@ def _ask(args: argparse.Namespace) -> int:
             return engine.stream(doc, q)
     current = 0
     for q in questions:
+        also = None  # another part that matches the question too
         if not args.no_cache and not part and len(parts) > 1:  # to the part that matches the question best
             shares = passage_shares(document, parts, q)
             target = choose(part_scores(shares, len(parts)), current=current)
-            also = runner_up(shares, target)
+            index = runner_up(shares, target)
+            if index is not None:
+                also = part_of(document, parts[index][0], parts[index][1])
             if target != current:
                 first, last, _ = parts[target]
                 doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
@@ -152,11 +154,10 @@ def _ask(args: argparse.Namespace) -> int:
                                  parts=len(parts))
                 print(f"kvqa: {routed}", file=sys.stderr)
             if also is not None:
-                first, last, _ = parts[also]
-                flag = "pages" if unit_name(document) == "pages" else "chars"
-                print("kvqa: " + str(Message("cli.also", also=also + 1, parts=len(parts), flag=flag,
-                                             also_part=part_of(document, first, last).name, part=read.part.name,
-                                             range=f"{first}-{last}")), file=sys.stderr)
+                flag = "pages" if also.unit == "pages" else "chars"
+                print("kvqa: " + str(Message("cli.also", also=index + 1, parts=len(parts), flag=flag,
+                                             also_part=also.name, part=read.part.name,
+                                             range=f"{also.first}-{also.last}")), file=sys.stderr)
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
         with run(q) as pieces:
@@ -167,7 +168,7 @@ def _ask(args: argparse.Namespace) -> int:
         t = answer.timings
         result["answers"].append(answer_dict(q, answer.text, t, stop_reason=answer.stop_reason,
                                              sources=answer.sources, unsupported=answer.unsupported,
-                                             part=part_dict(read.part, document)))
+                                             part=part_dict(read.part, document), also=also))
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
         if not args.json:

@@ -4,7 +4,9 @@ the same as Markdown for people.
 {"model", "engine", "dtype", "exact_vs_recompute", "guarantee", "document": {"name", "pages", "chars"},
  "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts": [{"unit", "first", "last",
  "tokens"}], "answers": [{"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s",
- "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"}}]}
+ "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"}, "also": {"unit",
+ "first", "last"} or null}]}
+("also": another part of a long document that matched the question too, where the answer may be instead.)
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ def document_dict(document: Document) -> dict:
 
 
 def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
-                unsupported: Sequence[str], part: dict) -> dict:
+                unsupported: Sequence[str], part: dict, also: Part | None = None) -> dict:
     """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
     t = timings
     return {"question": question, "answer": text, "question_tokens": t.question_tokens, "new_tokens": t.new_tokens,
             "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
             "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported), "part": part,
+            "also": {"unit": also.unit, "first": also.first, "last": also.last} if also else None,
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
 
 
@@ -58,7 +61,8 @@ def session_dict(session) -> dict:
         "cache_source": session.origin,
         "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
-                                unsupported=t.unsupported, part=part_dict(t.part, source)) for t in session.turns],
+                                unsupported=t.unsupported, part=part_dict(t.part, source), also=t.also)
+                    for t in session.turns],
     }
 
 
@@ -97,6 +101,9 @@ def to_markdown(conversation: dict) -> str:
         part = a.get("part")
         if len(parts) > 1 and part:
             flags.append(f"from {part['unit']} {part['first']:,}-{part['last']:,}")
+        also = a.get("also")
+        if also:
+            flags.append(f"{also['unit']} {also['first']:,}-{also['last']:,} matched the question too")
         lines += [f"*{'; '.join(flags)}*", ""] if flags else []
         for s in a.get("sources", []):
             where = f"page {s['page']}" if s.get("page") else f"characters {s['start'] + 1:,}-{s['end']:,}"

@@ -41,6 +41,7 @@ class Turn:
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
     part: Part | None = None  # the part of a long document the answer came from (None: the document is one part)
+    also: Part | None = None  # another part that matched the question too (kvqa.parts.runner_up), if any
 
     @property
     def stopped(self) -> bool:
@@ -172,13 +173,19 @@ class Session:
         elif target != best:
             self.notice = Message("notice.routed_ready", best=best + 1, **said)
         elif self.also is not None:
-            first, last, _ = self.parts[self.also]
-            self.notice = Message("notice.routed_also", also=self.also + 1,
-                                  also_part=part_of(self.source, first, last).name, **said)
+            self.notice = Message("notice.routed_also", also=self.also + 1, also_part=self.also_part.name, **said)
         elif switched or (self.notice is not None and self.notice.key in ("notice.routed_ready", "notice.routed_also",
                                                                           "notice.routed_asked")):
             self.notice = Message("notice.routed", **said)  # (no longer short of a better part)
         return target != current
+
+    @property
+    def also_part(self) -> Part | None:
+        """self.also as the part it names ("pages 20-30 of 36"), or None."""
+        if self.also is None:
+            return None
+        first, last, _ = self.parts[self.also]
+        return part_of(self.source, first, last)
 
     def _ready_parts(self) -> set[int]:
         """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
@@ -321,8 +328,8 @@ class Session:
                 measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
                                    stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
-                                   unsupported=result.unsupported,
-                                   part=self.document.part))
+                                   unsupported=result.unsupported, part=self.document.part,
+                                   also=self.also_part))
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
     def stop(self) -> None:

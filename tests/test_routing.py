@@ -3,6 +3,7 @@ its best-matching passages (the fake engine reads at most `context_tokens` words
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -13,6 +14,7 @@ from kvqa.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents import Document, document_from_text
 from kvqa.errors import QuestionError
+from kvqa.export import session_dict, to_markdown
 from kvqa.messages import render
 from kvqa.parts import plan, route, runner_up
 from kvqa.session import Session
@@ -216,10 +218,26 @@ def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monke
     monkeypatch.setattr(kvqa.engines, "make_engine", lambda *a, **k: FakeEngine(context_tokens=120))
     path = tmp_path / "long.txt"
     path.write_text(TEXT)
-    assert main(["ask", str(path), "--no-store", "-q", "Where are the pelican and the comet?",
-                 "-q", "What is said about the sourdough?"]) == 0
+    questions = ["-q", "Where are the pelican and the comet?", "-q", "What is said about the sourdough?"]
+    assert main(["ask", str(path), "--no-store", *questions]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "matches this question too" in line]
     assert len(lines) == 1 and re.search(r"ask again with --chars \d+-\d+\.$", lines[0]), lines
+    assert main(["ask", str(path), "--no-store", "--json", *questions]) == 0
+    both, one = json.loads(capsys.readouterr().out)["answers"]
+    first, last = (int(n) for n in re.search(r"--chars (\d+)-(\d+)", lines[0]).groups())
+    assert both["also"] == {"unit": "characters", "first": first, "last": last} and one["also"] is None
+    assert both["part"] != both["also"]
+
+
+def test_the_conversation_keeps_the_other_part_that_matched():
+    _, session = loaded()
+    session.ask("Where are the pelican and the comet?").answer  # noqa: B018
+    session.ask("What is said about the sourdough?").answer  # noqa: B018
+    both, one = session_dict(session)["answers"]
+    also = session.turns[0].also
+    assert also is not None and both["also"] == {"unit": "characters", "first": also.first, "last": also.last}
+    assert one["also"] is None
+    assert f"characters {also.first:,}-{also.last:,} matched the question too" in to_markdown(session_dict(session))
 
 
 def test_the_api_prefill_line_lists_the_parts():
