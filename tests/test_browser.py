@@ -250,5 +250,21 @@ def test_a_36_page_pdf_longer_than_the_model_reads_answers_from_the_right_part(s
         assert "Captain30x" in page.locator("#evidence-text").inner_text()
         summary = page.locator("#latency-summary").inner_text()
         assert "Parts read, of" in summary and summary.count("(read now:") == 2
+        assert not page.locator("#ask-also").is_visible()  # no other part matched that question
+        # a question about sections in both parts: answered from the first, and the page offers the other
+        answer = ask(page, "Who are the harbour masters of section 3 and section 33?", 1)
+        assert "From pages 1-" in answer
+        also = page.locator("#ask-also")
+        also.wait_for(state="visible", timeout=60_000)
+        offered = also.inner_text()
+        assert offered.startswith("Ask again from part 2 (pages ")
+        also.click()
+        page.wait_for_function(
+            "() => document.querySelectorAll('[data-testid=\"bot\"]').length > 2 && "
+            "document.querySelectorAll('[data-testid=\"bot\"]')[2].innerText.includes('first token')",
+            timeout=240_000)
+        again = page.locator('[data-testid="bot"]').nth(2).inner_text()
+        assert "From " + offered.removeprefix("Ask again from part 2 (").split(" of ")[0] in again
+        also.wait_for(state="hidden", timeout=60_000)  # asked there: nothing more to offer
     finally:
         context.close()
