@@ -32,7 +32,7 @@ from kvqa.engines import Engine, make_engine
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
-from kvqa.parts import parse_range, part_of, planned_parts, select, unit_name, unit_total
+from kvqa.parts import parse_range, planned_parts, select, unit_name, unit_total
 from kvqa.presets import language_note, offered
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
@@ -394,12 +394,11 @@ class KvqaApp:
     @staticmethod
     def also_button(session: Session | None, lang: str = "en"):
         """'Ask again from part 3 (pages 20-30)': shown when another part matched the last question too."""
-        also = session.also if session is not None and session.turns else None
+        also = session.also if session is not None else None
         if also is None:
             return gr.update(visible=False)
-        first, last, _ = session.parts[also]
         return gr.update(visible=True, value=say("answer.ask_again_from", lang, index=also + 1,
-                                                 part=part_of(session.source, first, last).name))
+                                                 part=session.conversation()[-1].also.name))
 
     def evidence(self, session: Session | None, pick: str | None, lang: str = "en") -> dict:
         """The evidence viewer: every source of the conversation's answers to choose from, and the chosen one (by
@@ -630,7 +629,7 @@ class KvqaApp:
         """UI: start a new conversation on the same document, without reading it again."""
         if session is not None:
             session.new_conversation()
-        return {self.chat: chat_messages(session, lang)}
+        return {self.chat: chat_messages(session, lang), self.also_btn: self.also_button(session, lang)}
 
     def on_sample(self, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
@@ -638,12 +637,12 @@ class KvqaApp:
 
     def on_ask_also(self, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress()):
         """UI: ask the last question again, from the other part that matched it too (Session.also)."""
-        if session is None or session.also is None or not session.turns:
+        if session is None or session.also is None:
             yield warn(QuestionError("question.no_document" if session is None else "question.nothing_to_ask_again"),
                        lang)
             return
-        yield from self.on_ask(session.turns[-1].question, session, baseline, remember, lang, ready_only, progress,
-                               part=session.also)
+        yield from self.on_ask(session.conversation()[-1].question, session, baseline, remember, lang, ready_only,
+                               progress, part=session.also)
 
     def on_ask(self, question, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress(),
                part=None):
@@ -843,7 +842,7 @@ class KvqaApp:
                                 shown + [self.question], api_visibility="private")
             remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
                                 api_visibility="private")
-            new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat], queue=False,
+            new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat, self.also_btn], queue=False,
                           api_visibility="private")
             stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
             export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")

@@ -88,7 +88,7 @@ class Session:
         self.source: Document | None = None  # the document as loaded: every page or character of it
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.parts)
-        self.also: int | None = None  # another part matching the last question too (kvqa.parts.runner_up)
+        self._also: Part | None = None  # another part matching the question being asked too, for its Turn
         self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
         self.pinned = False  # the user chose the part: questions are not routed to another
         self.ready_only = False  # a question goes to the best of the parts ready (in memory or the store) instead of
@@ -148,7 +148,7 @@ class Session:
         part now (or restoring it from the store) when it is not the one read; a pinned part stays. With ready_only,
         a best part that is not ready gives way to the best of those that are. part: this part (an index into
         self.parts) instead, for this question only. True when another part was read."""
-        self.also = None
+        self._also = None
         if part is not None and not 0 <= part < len(self.parts):
             raise QuestionError("question.no_such_part", part=part + 1, parts=len(self.parts))
         if part is None and (self.pinned or len(self.parts) < 2):
@@ -167,25 +167,27 @@ class Session:
             self.document, self.prefilled = prefilled.document, prefilled
         said = {"part": self.document.part.name, "name": self.source.name, "index": target + 1,
                 "parts": len(self.parts)}
-        self.also = runner_up(shares, target) if part is None else None
+        also = runner_up(shares, target) if part is None else None
+        if also is not None:
+            self._also = part_of(self.source, self.parts[also][0], self.parts[also][1])
         if part is not None:
             self.notice = Message("notice.routed_asked", **said)
         elif target != best:
             self.notice = Message("notice.routed_ready", best=best + 1, **said)
-        elif self.also is not None:
-            self.notice = Message("notice.routed_also", also=self.also + 1, also_part=self.also_part.name, **said)
+        elif also is not None:
+            self.notice = Message("notice.routed_also", also=also + 1, also_part=self._also.name, **said)
         elif switched or (self.notice is not None and self.notice.key in ("notice.routed_ready", "notice.routed_also",
                                                                           "notice.routed_asked")):
             self.notice = Message("notice.routed", **said)  # (no longer short of a better part)
         return target != current
 
     @property
-    def also_part(self) -> Part | None:
-        """self.also as the part it names ("pages 20-30 of 36"), or None."""
-        if self.also is None:
-            return None
-        first, last, _ = self.parts[self.also]
-        return part_of(self.source, first, last)
+    def also(self) -> int | None:
+        """The other part that matched the conversation's last question too (an index into self.parts; its
+        Turn.also), to ask it again there; None when there is none."""
+        turns = self.conversation()
+        also = turns[-1].also if turns else None
+        return next((i for i, (a, b, _) in enumerate(self.parts) if also and (a, b) == (also.first, also.last)), None)
 
     def _ready_parts(self) -> set[int]:
         """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
@@ -329,7 +331,7 @@ class Session:
             self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
                                    stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
                                    unsupported=result.unsupported, part=self.document.part,
-                                   also=self.also_part))
+                                   also=self._also))
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
     def stop(self) -> None:

@@ -209,6 +209,10 @@ def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)
     assert list(kvqa_app.on_ask_also(session, False)) == [{}] and "No other part matched" in warned[0]
+    list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))
+    assert session.also is not None
+    assert kvqa_app.on_new_conversation(session)[kvqa_app.also_btn]["visible"] is False  # a new conversation
+    assert session.also is None and session.turns  # the turns are kept; the offer was the last conversation's
 
 
 def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monkeypatch):
