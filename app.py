@@ -702,15 +702,17 @@ class KvqaApp:
                                      if len(session.parts) > 1 else "")),
                 self.state: session}
 
-    def api_ask(self, question: str, remember: bool = False, session=None):
+    def api_ask(self, question: str, remember: bool = False, part: str | None = None, session=None):
         """API: answer a question about this client's document, streaming: each update is the answer so far, the last
         one the whole answer (client.predict returns it; client.submit iterates the updates). remember=True reads the
-        question after this client's earlier remembered questions and answers (a follow-up)."""
+        question after this client's earlier remembered questions and answers (a follow-up). part: one of the parts
+        /prefill lists ("13-25"), to answer from it instead of the part the question matches best."""
         if session is None:
             raise gr.Error(Message("question.no_document_api"), print_exception=False)
         session.remember = bool(remember)
         try:
-            with session.ask(question) as pieces:
+            index = self.part_index(session, part) if part and part.strip() else None
+            with session.ask(question, part=index) as pieces:
                 text = ""
                 for piece in pieces:
                     text += piece
@@ -718,6 +720,16 @@ class KvqaApp:
                 yield {self.api_answer: pieces.answer.text, self.state: session}
         except KvqaError as e:
             raise gr.Error(str(e), print_exception=False) from None
+
+    @staticmethod
+    def part_index(session: Session, text: str) -> int:
+        """Which of the session's parts the range `text` ("13-25") is; QuestionError naming them when none."""
+        first, last = parse_range(text, session.source)
+        found = [i for i, (a, b, _) in enumerate(session.parts) if (a, b) == (first, last)]
+        if not found:
+            raise QuestionError("question.not_a_part", range=text.strip(),
+                                parts=", ".join(f"{a}-{b}" for a, b, _ in session.parts))
+        return found[0]
 
     def on_export(self, session, lang="en"):
         """UI: the session as a Markdown and a JSON file to download (document, parts, every question with its
@@ -860,14 +872,15 @@ class KvqaApp:
             # the gradio_client API: each client is its own session
             with gr.Row(visible=False):
                 api_file, api_text, api_part, api_question = gr.File(), gr.Textbox(), gr.Textbox(), gr.Textbox()
-                api_remember = gr.Checkbox()
+                api_remember, api_ask_part = gr.Checkbox(), gr.Textbox()
                 self.api_status, self.api_answer = gr.Textbox(), gr.Textbox()
                 api_sources, api_unsupported = gr.JSON(), gr.JSON()
                 api_prefill_btn, api_ask_btn, api_sources_btn = gr.Button(), gr.Button(), gr.Button()
                 api_unsupported_btn, api_export_btn, api_export = gr.Button(), gr.Button(), gr.JSON()
             api_prefill_btn.click(self.api_prefill, [api_file, api_text, api_part, self.state],
                                   [self.api_status, self.state], api_name="prefill")
-            api_ask_btn.click(self.api_ask, [api_question, api_remember, self.state], [self.api_answer, self.state],
+            api_ask_btn.click(self.api_ask, [api_question, api_remember, api_ask_part, self.state],
+                              [self.api_answer, self.state],
                               api_name="ask")
             api_sources_btn.click(self.api_sources, [self.state], [api_sources], api_name="sources")
             api_unsupported_btn.click(self.api_unsupported, [self.state], [api_unsupported], api_name="unsupported")

@@ -159,6 +159,10 @@ CATALOG: dict[str, tuple[str, str]] = {
     "question.nothing_to_ask_again": (
         "No other part matched the last question: ask a new one.",
         "没有其他部分与上一个问题相符：请提一个新问题。"),
+    "question.not_a_part": (
+        "{range} is not one of this document's parts ({parts}): give one of them, or none to let the question go to "
+        "the part that matches it best.",
+        "{range} 不是本文档的某个部分（{parts}）：请给出其中之一，或不指定，让问题交给最匹配它的部分。"),
     "question.no_such_part": (
         "There is no part {part} to answer from: this document has {parts} parts. Ask the question again.",
         "没有第 {part} 部分可供回答：本文档共 {parts} 部分。请重新提问。"),

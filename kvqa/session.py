@@ -151,7 +151,7 @@ class Session:
         self._also = None
         if part is not None and not 0 <= part < len(self.parts):
             raise QuestionError("question.no_such_part", part=part + 1, parts=len(self.parts))
-        if part is None and (self.pinned or len(self.parts) < 2):
+        if len(self.parts) < 2 or (part is None and self.pinned):
             return False
         current = self.part_index
         shares = passage_shares(self.source, self.parts, question)

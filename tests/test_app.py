@@ -153,6 +153,8 @@ def test_gradio_client_sessions_each_get_their_own_document(server, tmp_path):
     answer_b = b.predict(question="What is the capital of Zorbia?", api_name="/ask")
     assert all(answers_a) and "pelican" in answers_a[0].lower() and "9" in answers_a[1]
     assert "quentin" in answer_b.lower()
+    with pytest.raises(Exception, match="is not one of this document's parts"):  # `part` reaches the handler
+        a.predict(question="What is the secret word?", part="1-2", api_name="/ask")
     with pytest.raises(Exception, match="No document is loaded"):
         Client(server, verbose=False).predict(question="Anything?", api_name="/ask")
 

@@ -252,3 +252,19 @@ def test_the_api_prefill_line_lists_the_parts():
     listed = ", ".join(f"{a}-{b}" for a, b, _ in session.parts)
     assert len(session.parts) > 2 and shown[kvqa_app.api_status].endswith(f"Parts (characters): {listed}.")
     assert "Parts" not in kvqa_app.api_prefill(text="A short note.", session=session)[kvqa_app.api_status]
+
+
+def test_the_api_asks_in_a_part_it_names():
+    kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
+    kvqa_app.build()
+    session = kvqa_app.api_prefill(text=TEXT)[kvqa_app.state]
+    last = session.parts[-1]
+    list(kvqa_app.api_ask("Where is the pelican?", part=f"{last[0]}-{last[1]}", session=session))
+    assert (session.turns[-1].part.first, session.turns[-1].part.last) == last[:2]  # there, though it matches part 1
+    list(kvqa_app.api_ask("Where is the pelican?", session=session))
+    assert session.turns[-1].part.first == 1  # routed as before
+    with pytest.raises(app_module.gr.Error, match=r"1-5 is not one of this document's parts \(1-"):
+        list(kvqa_app.api_ask("Where is the pelican?", part="1-5", session=session))
+    with pytest.raises(app_module.gr.Error, match="like 14-27"):
+        list(kvqa_app.api_ask("Where is the pelican?", part="the last one", session=session))
+    assert len(session.turns) == 2  # the refused questions changed nothing
