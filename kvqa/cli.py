@@ -50,18 +50,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .engines import make_engine
     from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
     from .messages import Message
-    from .parts import (
-        choose,
-        notice,
-        parse_range,
-        part_of,
-        part_scores,
-        passage_shares,
-        prefill_part,
-        prefill_parts,
-        runner_up,
-        select,
-    )
+    from .parts import notice, parse_range, part_of, prefill_part, prefill_parts, routed, select
     from .presets import language_note
     from .store import store_for
 
@@ -140,9 +129,7 @@ def _ask(args: argparse.Namespace) -> int:
     for q in questions:
         also = None  # another part that matches the question too
         if not args.no_cache and not part and len(parts) > 1:  # to the part that matches the question best
-            shares = passage_shares(document, parts, q)
-            target = choose(part_scores(shares, len(parts)), current=current)
-            index = runner_up(shares, target)
+            target, index = routed(document, parts, q, current=current)
             if index is not None:
                 also = part_of(document, parts[index][0], parts[index][1])
             if target != current:

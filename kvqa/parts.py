@@ -214,9 +214,17 @@ def route(document: Document, parts: Sequence[tuple[int, int, int]], question: s
           among: Collection[int] | None = None) -> int:
     """The index of the part scoring best for the question (part_scores); `current` when it scores as well as any,
     or nothing matches. among: only these parts may be chosen (the ones ready), the best of them."""
+    return routed(document, parts, question, current=current, among=among)[0]
+
+
+def routed(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
+           among: Collection[int] | None = None) -> tuple[int, int | None]:
+    """route()'s part, and the other part that matches the question too (runner_up), or None."""
     if len(parts) < 2:
-        return 0
-    return choose(part_scores(passage_shares(document, parts, question), len(parts)), current=current, among=among)
+        return 0, None
+    shares = passage_shares(document, parts, question)
+    chosen = choose(part_scores(shares, len(parts)), current=current, among=among)
+    return chosen, runner_up(shares, chosen)
 
 
 def choose(scores: Sequence[float], *, current: int = 0, among: Collection[int] | None = None) -> int:
@@ -265,4 +273,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
 
 
 __all__ = ["choose", "notice", "parse_range", "part_of", "part_scores", "passage_shares", "plan", "planned_parts",
-           "prefill_part", "prefill_parts", "route", "runner_up", "select", "unit_name", "unit_total", "units"]
+           "prefill_part", "prefill_parts", "route", "routed", "runner_up", "select", "unit_name", "unit_total",
+           "units"]

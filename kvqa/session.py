@@ -20,7 +20,7 @@ from .engines import Engine
 from .errors import BusyError, QuestionError
 from .memory import release_memory
 from .messages import Message
-from .parts import choose, notice, part_of, part_scores, passage_shares, prefill_part, prefill_parts, runner_up
+from .parts import notice, part_of, prefill_part, prefill_parts, routed
 from .results import Answer, AnswerStream, PrefilledDocument
 from .shared import SharedCaches
 from .sources import Source
@@ -154,11 +154,11 @@ class Session:
         if len(self.parts) < 2 or (part is None and self.pinned):
             return False
         current = self.part_index
-        shares = passage_shares(self.source, self.parts, question)
-        best = choose(part_scores(shares, len(self.parts)), current=current) if part is None else part
+        best, also = routed(self.source, self.parts, question, current=current) if part is None else (part, None)
         ready = self._ready_parts() if self.ready_only and part is None else set()
-        target = choose(part_scores(shares, len(self.parts)), current=current, among=ready) if (
-            ready and best not in ready) else best
+        target = best
+        if ready and best not in ready:
+            target, also = routed(self.source, self.parts, question, current=current, among=ready)
         switched = target != current or self.prefilled is None
         if switched:
             first, last, _ = self.parts[target]
@@ -167,7 +167,6 @@ class Session:
             self.document, self.prefilled = prefilled.document, prefilled
         said = {"part": self.document.part.name, "name": self.source.name, "index": target + 1,
                 "parts": len(self.parts)}
-        also = runner_up(shares, target) if part is None else None
         if also is not None:
             self._also = part_of(self.source, self.parts[also][0], self.parts[also][1])
         if part is not None:
