@@ -137,9 +137,9 @@ def _ask(args: argparse.Namespace) -> int:
                 doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
                                    first=first, last=last)
                 read, current = doc.document, target
-                routed = Message("notice.routed", part=read.part.name, name=document.name, index=target + 1,
-                                 parts=len(parts))
-                print(f"kvqa: {routed}", file=sys.stderr)
+                said = Message("notice.routed", part=read.part.name, name=document.name, index=target + 1,
+                               parts=len(parts))
+                print(f"kvqa: {said}", file=sys.stderr)
             if also is not None:
                 flag = "pages" if also.unit == "pages" else "chars"
                 print("kvqa: " + str(Message("cli.also", also=index + 1, parts=len(parts), flag=flag,

@@ -222,12 +222,13 @@ def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monke
     monkeypatch.setattr(kvqa.engines, "make_engine", lambda *a, **k: FakeEngine(context_tokens=120))
     path = tmp_path / "long.txt"
     path.write_text(TEXT)
-    questions = ["-q", "Where are the pelican and the comet?", "-q", "What is said about the sourdough?"]
+    questions = ["-q", "Where are the pelican and the comet?", "-q", "What is said about the sourdough?",
+                 "-q", "Where is the lighthouse keeper?"]  # routed after a switch of parts, too
     assert main(["ask", str(path), "--no-store", *questions]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "matches this question too" in line]
     assert len(lines) == 1 and re.search(r"ask again with --chars \d+-\d+\.$", lines[0]), lines
     assert main(["ask", str(path), "--no-store", "--json", *questions]) == 0
-    both, one = json.loads(capsys.readouterr().out)["answers"]
+    both, one, _ = json.loads(capsys.readouterr().out)["answers"]
     first, last = (int(n) for n in re.search(r"--chars (\d+)-(\d+)", lines[0]).groups())
     assert both["also"] == {"unit": "characters", "first": first, "last": last} and one["also"] is None
     assert both["part"] != both["also"]
