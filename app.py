@@ -724,12 +724,11 @@ class KvqaApp:
     @staticmethod
     def part_index(session: Session, text: str) -> int:
         """Which of the session's parts the range `text` ("13-25") is; QuestionError naming them when none."""
-        first, last = parse_range(text, session.source)
-        found = [i for i, (a, b, _) in enumerate(session.parts) if (a, b) == (first, last)]
-        if not found:
+        index = session.index_of(*parse_range(text, session.source))
+        if index is None:
             raise QuestionError("question.not_a_part", range=text.strip(),
                                 parts=", ".join(f"{a}-{b}" for a, b, _ in session.parts))
-        return found[0]
+        return index
 
     def on_export(self, session, lang="en"):
         """UI: the session as a Markdown and a JSON file to download (document, parts, every question with its

@@ -155,7 +155,8 @@ def _ask(args: argparse.Namespace) -> int:
         t = answer.timings
         result["answers"].append(answer_dict(q, answer.text, t, stop_reason=answer.stop_reason,
                                              sources=answer.sources, unsupported=answer.unsupported,
-                                             part=part_dict(read.part, document), also=also))
+                                             part=part_dict(read.part, document),
+                                             also=part_dict(also, document) if also else None))
         if args.no_cache:
             result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
         if not args.json:

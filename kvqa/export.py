@@ -39,13 +39,13 @@ def document_dict(document: Document) -> dict:
 
 
 def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
-                unsupported: Sequence[str], part: dict, also: Part | None = None) -> dict:
+                unsupported: Sequence[str], part: dict, also: dict | None = None) -> dict:
     """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
     t = timings
     return {"question": question, "answer": text, "question_tokens": t.question_tokens, "new_tokens": t.new_tokens,
             "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
             "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported), "part": part,
-            "also": {"unit": also.unit, "first": also.first, "last": also.last} if also else None,
+            "also": also,
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
 
 
@@ -61,7 +61,8 @@ def session_dict(session) -> dict:
         "cache_source": session.origin,
         "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
-                                unsupported=t.unsupported, part=part_dict(t.part, source), also=t.also)
+                                unsupported=t.unsupported, part=part_dict(t.part, source),
+                                also=part_dict(t.also, source) if t.also else None)
                     for t in session.turns],
     }
 

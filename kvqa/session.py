@@ -186,7 +186,11 @@ class Session:
         Turn.also), to ask it again there; None when there is none."""
         turns = self.conversation()
         also = turns[-1].also if turns else None
-        return next((i for i, (a, b, _) in enumerate(self.parts) if also and (a, b) == (also.first, also.last)), None)
+        return self.index_of(also.first, also.last) if also else None
+
+    def index_of(self, first: int, last: int) -> int | None:
+        """Which of self.parts is units first..last, or None when none is."""
+        return next((i for i, (a, b, _) in enumerate(self.parts) if (a, b) == (first, last)), None)
 
     def _ready_parts(self) -> set[int]:
         """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
