@@ -15,12 +15,18 @@ from .messages import Message
 
 
 class _BufferLayer(DynamicLayer):
-    """One layer's keys and values in preallocated buffers of shape (B, kv_heads, capacity, head_dim)."""
+    """One layer's keys and values in preallocated buffers of shape (B, kv_heads, capacity, head_dim).
 
-    def __init__(self, capacity: int):
+    A sliding-window layer (window W) keeps every position too, so rolling back is as free as for a full layer; it
+    hands attention only the positions its new tokens can see (the W - 1 before them and themselves) and tells the
+    mask where they start (get_mask_sizes), as transformers' DynamicSlidingWindowLayer does for the same tokens."""
+
+    def __init__(self, capacity: int, window: int | None = None):
         super().__init__()
         self.capacity = capacity
         self.length = 0
+        self.window = window
+        self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
@@ -37,8 +43,18 @@ class _BufferLayer(DynamicLayer):
         assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
         self.key_buffer[:, :, self.length: end].copy_(key_states)
         self.value_buffer[:, :, self.length: end].copy_(value_states)
+        start = 0 if self.window is None else max(0, self.length - self.window + 1)
         self._set_length(end)
+        if start:
+            return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]  # what the window sees
         return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(keys attended, position of the first): what update() returns for the next `query_length` tokens."""
+        if self.window is None:
+            return self.length + query_length, 0
+        start = max(0, self.length - self.window + 1)
+        return self.length - start + query_length, start
 
     def get_seq_length(self) -> int:
         return self.length
@@ -80,8 +96,10 @@ class _BufferLayer(DynamicLayer):
 class KVCache(Cache):
     """A cache for a document plus a reserve of tokens, with a free rollback to any earlier length."""
 
-    def __init__(self, num_layers: int, capacity: int):
-        super().__init__(layers=[_BufferLayer(capacity) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, capacity: int, windows: list[int | None] | None = None):
+        windows = windows or [None] * num_layers  # per layer: its sliding window, None for full attention
+        assert len(windows) == num_layers, f"{len(windows)} windows for {num_layers} layers"
+        super().__init__(layers=[_BufferLayer(capacity, window) for window in windows])
         self.capacity = capacity
         self._static: Cache | None = None  # static_view(), built on first use
 
@@ -150,19 +168,25 @@ class KVCache(Cache):
 
 
 def new_cache(model_config, capacity: int) -> KVCache:
-    """An empty KVCache for a model, able to hold `capacity` tokens."""
-    text_config = model_config.get_text_config(decoder=True)
-    return KVCache(text_config.num_hidden_layers, capacity)
+    """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too)."""
+    return KVCache(len(windows(model_config)), capacity, windows(model_config))
+
+
+def windows(model_config) -> list[int | None]:
+    """Each layer's sliding window (the positions a token sees, itself included), None for full attention."""
+    layer_types, kwargs = get_layer_types_and_kwargs(model_config.get_text_config(decoder=True))
+    return [k["sliding_window"] if kind == "sliding_attention" else None for kind, k in zip(layer_types, kwargs)]
 
 
 def unsupported_reason(model_config) -> Message | None:
-    """Why a model's cache cannot be rolled back exactly (sliding-window, chunked or linear layers), or None."""
+    """Why a model's cache cannot be rolled back exactly (chunked or linear layers), or None. Full and
+    sliding-window attention are supported."""
     text_config = model_config.get_text_config(decoder=True)
     try:
         layer_types, _ = get_layer_types_and_kwargs(text_config)
     except Exception as e:  # an architecture this version cannot describe
         return Message("model.layout_unknown", error=e)
-    other = sorted(set(layer_types) - {"full_attention"})
+    other = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
     if other:
         return Message("model.layers_not_full", kinds=", ".join(other))
     return None

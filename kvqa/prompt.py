@@ -5,6 +5,10 @@ The conversation is the model's own chat template applied to a system turn (inst
 tokenizers split text at special tokens before anything else, so the ids before that point do not depend on the
 question, and prefix + suffix equals the ids of the whole conversation tokenized in one go.
 
+A pretrained model has no chat template: CompletionPrompt lays the same conversation out as plain text (the document,
+one line of instructions, then per question the quoted passage, `Question:` and `Answer:`), cut between two fixed
+strings, and its answers end at the end of their line. prompt_for() picks the layout a tokenizer calls for.
+
 Document and question text are tokenized as plain text: a string such as "<|im_end|>" inside them stays text and
 never becomes a control token, so a document cannot close its turn or speak as another role.
 """
@@ -91,6 +95,8 @@ class ChatPrompt:
     cut: int  # end of the first special token in `mid`: the end of the system turn
     specials: re.Pattern  # matches the tokenizer's added (control) token strings
 
+    stops_at_line_end = False  # the answer ends at the template's end of turn (an EOS id), not at a line's end
+
     @classmethod
     def for_tokenizer(cls, tokenizer, *, date_string: str | None = None) -> ChatPrompt:
         """Split the tokenizer's chat template around placeholder turns; raises ModelError if it cannot be used."""
@@ -160,10 +166,7 @@ class ChatPrompt:
         """The question's suffix ids, after the earlier turns of `history` (question, answer) when given, with the
         quoted passages (question_turn) when they fit in `limit` tokens; raises QuestionError when the question is
         empty or its ids alone are longer than `limit` tokens."""
-        if not question or not question.strip():
-            raise QuestionError("question.empty")
-        if len(question) > MAX_QUESTION_CHARS:
-            raise QuestionError("question.too_many_chars", chars=len(question), limit=MAX_QUESTION_CHARS)
+        _check_question(question)
         for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
             ids = self.conversation_ids(history, question_turn(question, quotes[:kept]))
             if len(ids) <= limit:
@@ -234,3 +237,122 @@ def _specials(tokenizer) -> re.Pattern:
     """A regex matching every added (control) token string of the tokenizer, longest first."""
     tokens = sorted(tokenizer.added_tokens_encoder, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, tokens)))
+
+
+COMPLETION_INSTRUCTIONS = {  # after the document, in the document's language: the layout's one line of instructions
+    "en": "Answer each question below from the document above, briefly, in the language of the question.",
+    "zh": "请根据上面的文档，用问题的语言简短回答下面的问题。",
+}
+COMPLETION_LABELS = {  # (passage, question, answer) labels, in the question's language
+    "en": ("Passage: ", "Question: ", "Answer:"),
+    "zh": ("段落：", "问题：", "回答："),
+}
+
+
+@dataclass(frozen=True)
+class CompletionPrompt:
+    """A pretrained model's prompt (no chat template): the document and a line of instructions as the prefix, then per
+    question `Passage: ...`, `Question: ...`, `Answer:` (in Chinese 段落：/问题：/回答：), earlier turns of a
+    conversation as their Question/Answer lines before it. The prefix ends with a blank line and every suffix starts
+    with a label, so the cut lies between two fixed strings; check() proves the tokenizer never merges across it.
+    The answer is the rest of the line: stop_ids end it (kvqa.generate), and it is never empty."""
+
+    tokenizer: object
+    bos: tuple[int, ...]  # the tokenizer's beginning-of-text id, when it has one
+    date_string: str = ""  # no template prints a date: kept for the store's record, like ChatPrompt's
+
+    stops_at_line_end = True
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer) -> CompletionPrompt:
+        bos = getattr(tokenizer, "bos_token_id", None)
+        return cls(tokenizer, (bos,) if bos is not None else ())
+
+    def prefix_ids(self, document: str) -> list[int]:
+        """The beginning of text, the document, a blank line, the instructions, a blank line."""
+        return [*self.bos, *self._text_ids(self.prefix_text(document))]
+
+    @staticmethod
+    def prefix_text(document: str) -> str:
+        language = "zh" if mostly_chinese(document) else "en"
+        return f"{document.strip()}\n\n{COMPLETION_INSTRUCTIONS[language]}\n\n"
+
+    @staticmethod
+    def turn_text(question: str, answer: str | None = None, quotes: Sequence[str] = ()) -> str:
+        """One question's lines (and its answer's, for an earlier turn); a question is kept on one line."""
+        passage, asked, answered = COMPLETION_LABELS["zh" if in_chinese(question) else "en"]
+        lines = [f"{passage}{' '.join(q.split())}" for q in quotes]
+        lines.append(f"{asked}{' '.join(question.split())}")
+        if answer is None:
+            return "\n".join(lines) + f"\n{answered}"
+        space = " " if answered.endswith(":") else ""
+        return "\n".join(lines) + f"\n{answered}{space}{' '.join(answer.split())}\n\n"
+
+    def conversation_ids(self, history: Sequence[tuple[str, str]], question: str,
+                         quotes: Sequence[str] = ()) -> list[int]:
+        text = "".join(self.turn_text(q, a) for q, a in history) + self.turn_text(question, quotes=quotes)
+        return self._text_ids(text)
+
+    def suffix_ids(self, question: str) -> list[int]:
+        return self.conversation_ids((), question)
+
+    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
+                     quotes: Sequence[str] = ()) -> list[int]:
+        """As ChatPrompt.question_ids, in this layout."""
+        _check_question(question)
+        for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
+            ids = self.conversation_ids(history, question, quotes[:kept])
+            if len(ids) <= limit:
+                return ids
+        ids = self.conversation_ids(history, question)
+        if len(ids) > limit:
+            raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",
+                                tokens=len(ids), limit=limit)
+        return ids
+
+    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
+        """How many of the latest turns of `history` fit with the question in `limit` tokens (0: none)."""
+        for keep in range(len(history), 0, -1):
+            if len(self.conversation_ids(history[len(history) - keep:], question)) <= limit:
+                return keep
+        return 0
+
+    def rendered(self, document: str, question: str) -> str:
+        return self.prefix_text(document) + self.turn_text(question)
+
+    def check(self) -> None:
+        """Raise ModelError unless prefix + suffix ids equal the whole text tokenized in one go, for documents and
+        questions in both languages, with a quoted passage and an earlier turn: every cut lies between the same
+        fixed strings, so these cover every document and question."""
+        for document in (" Ein Dokument: 文档只读一次 🙂\n", "文档只读一次。\n第二段。"):
+            for history in ((), (("Why? 为什么", " Because.\n"),)):
+                for question, quotes in (("Was steht darin? ", ()), ("里面写了什么？", ("段落 one",)),
+                                         ("What?", ("A passage.\n\nTwo.",))):
+                    text = self.prefix_text(document) + "".join(self.turn_text(q, a) for q, a in history)
+                    text += self.turn_text(question, quotes=quotes)
+                    whole = [*self.bos, *self._text_ids(text)]
+                    if self.prefix_ids(document) + self.conversation_ids(history, question, quotes) != whole:
+                        raise ModelError("template.not_splittable", why=Message("template.tokens_differ"))
+
+    def _text_ids(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+
+
+Prompt = ChatPrompt | CompletionPrompt
+
+
+def prompt_for(tokenizer, *, date_string: str | None = None) -> Prompt:
+    """The model's chat template split around document and question, or, for a model without one (a pretrained
+    model), the completion layout."""
+    if not getattr(tokenizer, "chat_template", None):
+        return CompletionPrompt.for_tokenizer(tokenizer)
+    return ChatPrompt.for_tokenizer(tokenizer, date_string=date_string)
+
+
+def _check_question(question: str) -> None:
+    if not question or not question.strip():
+        raise QuestionError("question.empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise QuestionError("question.too_many_chars", chars=len(question), limit=MAX_QUESTION_CHARS)

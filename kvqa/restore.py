@@ -15,7 +15,7 @@ from .documents import Document
 from .errors import KvqaError
 from .generate import check_fits, out_of_memory_as_error, prefill, prefix_of
 from .model import LoadedModel
-from .prompt import ChatPrompt
+from .prompt import Prompt, prompt_for
 from .results import PrefilledDocument
 from .store import CacheKey, KVStore, StoredCache, text_sha256
 from .timing import now
@@ -58,7 +58,7 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, *, prefix: tuple[ChatPrompt, list[int]],
+def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, *, prefix: tuple[Prompt, list[int]],
             config: Config, device: torch.device | None = None) -> PrefilledDocument | None:
     """The document's cache restored from the store under `key` onto `device` (default: the model's), or None when
     there is no file or it does not fit this model and document (logged; the caller reads the document again).
@@ -78,12 +78,12 @@ def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, 
         return None
 
 
-def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: ChatPrompt, ids: list[int], *,
+def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: Prompt, ids: list[int], *,
              config: Config, device: torch.device, started: float) -> PrefilledDocument | None:
     """The stored cache as a PrefilledDocument, if its ids are exactly the ids this tokenizer and template give the
     document with the stored date line; else None (logged)."""
     if stored.date_string != prompt.date_string:  # a Llama 3.x date line from another day: the cache keeps it
-        prompt = ChatPrompt.for_tokenizer(lm.tokenizer, date_string=stored.date_string)
+        prompt = prompt_for(lm.tokenizer, date_string=stored.date_string)
         ids = prompt.prefix_ids(document.text)
     if tuple(ids) != stored.ids:
         log.warning("kvqa store: the stored prefix ids differ from this tokenizer's; the document will be read again")

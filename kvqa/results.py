@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .documents import Document
-from .prompt import ChatPrompt
+from .prompt import Prompt
 from .sources import Source
 from .timing import Timings
 
@@ -102,7 +102,7 @@ class PrefilledDocument:
     time use it."""
 
     document: Document
-    prompt: ChatPrompt | None  # the template split around document and question, with the date fixed at prefill
+    prompt: Prompt | None  # the template split around document and question, with the date fixed at prefill
     #                            (None for a serving engine, which applies its own template)
     ids: tuple[int, ...]  # the prefix token ids the cache was computed from; never re-tokenized (a serving engine: ())
     cache: KVCache | ServerPrefix | None  # a model in this process (local, ZeroGPU): its KVCache, len(ids) tokens

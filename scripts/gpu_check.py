@@ -34,7 +34,7 @@ from kvqa.bench.models import random_init_model  # noqa: E402
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, long_text, machine_info, run_bench  # noqa: E402
 from kvqa.bench.store import format_store_table, run_store_bench  # noqa: E402
 from kvqa.model import compiled_decode_step  # noqa: E402
-from kvqa.prompt import ChatPrompt  # noqa: E402
+from kvqa.prompt import prompt_for  # noqa: E402
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152, "max_position_embeddings": 4096,
@@ -44,7 +44,7 @@ TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num
 def exactness(lm: kvqa.LoadedModel, text: str, contexts: list[int], questions: list[str],
               config: kvqa.Config) -> list[dict]:
     """Per context: do cached answers equal the same-chunks recompute token for token, and is the cache unchanged?"""
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt_for(lm.tokenizer)
     ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     rows = []
     for n in contexts:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     checked = exactness(lm, text, contexts, questions, config)
     say("restoring from the disk store against reading again ...")  # what a long document's parts choose between
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt_for(lm.tokenizer)
     store_contexts = (200, 400) if args.smoke else (2048, 8192)
     store = run_store_bench(lm, [cut_document(prompt, text_ids, n, name="gpu-check") for n in store_contexts],
                             questions=questions[:1], config=config, say=say)

@@ -26,7 +26,7 @@ from kvqa.documents import document_from_text  # noqa: E402
 from kvqa.engines.local import LocalEngine  # noqa: E402
 from kvqa.generate import run_chunks  # noqa: E402
 from kvqa.parts import select  # noqa: E402
-from kvqa.prompt import ChatPrompt  # noqa: E402
+from kvqa.prompt import prompt_for  # noqa: E402
 from kvqa.session import Session  # noqa: E402
 from scripts.routing import long_documents  # noqa: E402
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     session.load(document)  # cuts it as the app does; reads part 1
     parts = list(session.parts)
     session.close()
-    ids = ChatPrompt.for_tokenizer(lm.tokenizer).prefix_ids(text)
+    ids = prompt_for(lm.tokenizer).prefix_ids(text)
     print(f"{len(ids):,} tokens as one prefix; {len(parts)} parts of {[t for _, _, t in parts]} tokens "
           f"({sum(t for _, _, t in parts) / len(ids):.3f}x the tokens)", flush=True)
 

@@ -38,7 +38,7 @@ from kvqa.config import config_from_env  # noqa: E402
 from kvqa.engines.zerogpu import StoredDocument, without_tokenizer  # noqa: E402
 from kvqa.generate import prefill  # noqa: E402
 from kvqa.model import load_model  # noqa: E402
-from kvqa.prompt import ChatPrompt  # noqa: E402
+from kvqa.prompt import prompt_for  # noqa: E402
 from kvqa.restore import cache_key  # noqa: E402
 from kvqa.store import KVStore, weights_fingerprint  # noqa: E402
 
@@ -103,7 +103,7 @@ def main() -> int:
     args = parser.parse_args()
     config = config_from_env(os.environ)
     lm = load_model(config)
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt_for(lm.tokenizer)
     contexts = sorted(parse_contexts(args.contexts))
     text = long_text(SAMPLE_DOCUMENT.read_text(encoding="utf-8"), lm.tokenizer, max(contexts) + 64)
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -18,7 +18,7 @@ from ..documents import Document
 from ..engines.local import LocalEngine
 from ..generate import decode_one_token, quoted_passages, run_chunks
 from ..model import LoadedModel
-from ..prompt import ChatPrompt
+from ..prompt import Prompt
 from ..timing import now
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory, weight_bytes
@@ -68,7 +68,7 @@ def _row(method: str, context_tokens: int, runs: list[tuple[int, float, float]],
     return row
 
 
-def run_recompute(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+def run_recompute(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: list[int],
                   questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """Every question answered from the whole prompt, computed from scratch."""
     with PeakMemory(lm.device) as memory:
@@ -97,7 +97,7 @@ class _FirstTokenClock:
         pass
 
 
-def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: list[int],
              questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """transformers' documented prompt-cache reuse: one forward into a DynamicCache, then per question a deepcopy of
     it and generate() on top of the copy, with transformers' own attention (not the one kvqa registers on the CPU):
@@ -144,7 +144,7 @@ def run_seed(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids
     return row, ids_all
 
 
-def run_kvqa(lm: LoadedModel, document: Document, prompt: ChatPrompt, prefix_ids: list[int],
+def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: list[int],
              questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """kvqa.prefill once, then kvqa.stream per question; around them, the floor (a bare forward of the question on
     the prefilled cache, then the rollback that forks the next question) and an unchunked prefill to compare."""

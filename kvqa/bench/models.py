@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import DEFAULT_MODEL, Config
-from ..model import LoadedModel, choose_attention, choose_device, choose_dtype, default_model_dir, prepare
+from ..config import Config
+from ..model import LoadedModel, choose_attention, choose_device, choose_dtype, model_source, prepare
 from .errors import BenchError
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"  # kvqa/configs
@@ -76,7 +76,7 @@ def random_init_model(path: str | Path, config: Config) -> LoadedModel:
         raise BenchError("bench.bad_config", path=path, error=f"{type(e).__name__}: {e}") from None
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
-    source = str(default_model_dir(config.cache_dir)) if config.model == DEFAULT_MODEL else config.model
+    source = model_source(config.model, config.cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as e:

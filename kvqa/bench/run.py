@@ -20,7 +20,7 @@ import torch
 from ..config import Config
 from ..documents import Document, document_from_text, load_document
 from ..model import LoadedModel, load_model
-from ..prompt import ChatPrompt
+from ..prompt import Prompt, prompt_for
 from .errors import BenchError
 from .memory import Bandwidth, read_bandwidth
 from .methods import METHODS, RUNNERS, decode_floor
@@ -56,7 +56,7 @@ def long_text(text: str, tokenizer, tokens: int) -> str:
     return "\n\n".join([text] * copies)
 
 
-def cut_document(prompt: ChatPrompt, text_ids: Sequence[int], target: int, *, name: str) -> tuple[Document, list[int]]:
+def cut_document(prompt: Prompt, text_ids: Sequence[int], target: int, *, name: str) -> tuple[Document, list[int]]:
     """The longest head of the text (in tokens) whose whole prompt prefix is at most `target` tokens.
 
     Returns the Document and its prefix ids: len(ids) is the exact context length every method then reads."""
@@ -139,7 +139,7 @@ def run_bench(
     if max(contexts) > limit:
         raise BenchError("bench.context_too_long", context=max(contexts), model=lm.name, limit=limit,
                          length=lm.context_length, reserve=config.reserve_tokens)
-    prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+    prompt = prompt_for(lm.tokenizer)
     text = long_text(text, lm.tokenizer, max(contexts) + 64)
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
     cuts = {n: cut_document(prompt, text_ids, n, name=document_name) for n in contexts}
@@ -211,7 +211,7 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
     if getattr(args, "store", False):
 
-        prompt = ChatPrompt.for_tokenizer(lm.tokenizer)
+        prompt = prompt_for(lm.tokenizer)
         text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64),
                                 add_special_tokens=False)["input_ids"]
         documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]

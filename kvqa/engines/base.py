@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..documents import Document
-from ..prompt import ChatPrompt
+from ..prompt import Prompt
 from ..results import AnswerStream, PrefilledDocument
 
 
@@ -49,7 +49,7 @@ class Engine(Protocol):
         """Answer from the prefilled document, streaming; the document's cache is left as it was. history: earlier
         (question, answer) turns of the conversation, read between the document and the question."""
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         """Answer by reading the whole prompt again (the measured baseline), with the same model and settings."""

@@ -9,7 +9,7 @@ from ..config import Config
 from ..documents import Document
 from ..generate import decoding, guarantee, prefill, stream, stream_without_cache
 from ..model import LoadedModel, load_model
-from ..prompt import ChatPrompt
+from ..prompt import Prompt, prompt_for
 from ..results import AnswerStream, PrefilledDocument
 from .base import EngineInfo
 
@@ -32,7 +32,7 @@ class LocalEngine:
 
     def load(self) -> EngineInfo:
         """Load the model now (before serving) and describe the engine."""
-        ChatPrompt.for_tokenizer(self.lm.tokenizer).check()
+        prompt_for(self.lm.tokenizer).check()
         return self.info
 
     @property
@@ -54,7 +54,7 @@ class LocalEngine:
         return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, should_stop=should_stop, history=history,
                       **decoding(self.config))
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
         return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,

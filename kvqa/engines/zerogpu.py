@@ -36,7 +36,7 @@ from ..generate import (
     stream_without_cache,
 )
 from ..model import LoadedModel, load_model
-from ..prompt import ChatPrompt
+from ..prompt import Prompt, prompt_for
 from ..restore import cache_key, restore
 from ..results import Answer, AnswerStream, PrefilledDocument, close_events
 from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
@@ -97,7 +97,7 @@ def baseline_seconds(document: Document, question: str, config: Config, *args) -
     return prefill_seconds(document, config) + 15 + config.max_new_tokens // 20
 
 
-def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[ChatPrompt, list[int]],
+def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[Prompt, list[int]],
                     keyed: bool) -> Generator[float | CacheKey | PrefilledDocument, None, None]:
     lm = load_model(config)
     doc = yield from prefill_steps(lm, document, config=config, prefix=prefix)  # progress crosses as it happens
@@ -120,7 +120,7 @@ def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, co
     yield from stream(lm, doc, question, max_new_tokens=max_new_tokens, history=history, **decoding(config)).events()
 
 
-def _answer_without_cache_on_gpu(document: Document, question: str, config: Config, prompt: ChatPrompt,
+def _answer_without_cache_on_gpu(document: Document, question: str, config: Config, prompt: Prompt,
                                  max_new_tokens: int | None, history: tuple = ()) -> Answer:
     lm = load_model(config)
     return stream_without_cache(lm, document, question, config=config, prompt=prompt, max_new_tokens=max_new_tokens,
@@ -202,7 +202,7 @@ class ZeroGPUEngine:
         written = self.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)
         self._remember(doc, _File(key, written))
 
-    def _restore(self, document: Document, prefix: tuple[ChatPrompt, list[int]]) -> PrefilledDocument | None:
+    def _restore(self, document: Document, prefix: tuple[Prompt, list[int]]) -> PrefilledDocument | None:
         """The document's cache from the store, onto the CPU, without a GPU call; None when the store is off or has
         no valid file for it. The key is known once the GPU side has given one (its first prefill in this process):
         it depends on the GPU's model, which this process cannot look at."""
@@ -284,10 +284,10 @@ class ZeroGPUEngine:
         finally:
             events.close()
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
+    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
                              max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
                              history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        prompt = prompt or ChatPrompt.for_tokenizer(self.local.lm.tokenizer)
+        prompt = prompt or prompt_for(self.local.lm.tokenizer)
         history = tuple(history)
         prompt.question_ids(question, limit=self.config.max_question_tokens, history=history)
 
