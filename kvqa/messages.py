@@ -187,8 +187,6 @@ CATALOG: dict[str, tuple[str, str]] = {
                       "该模型没有对话模板：请选择指令（对话）模型。"),
     "template.system_not_first": ("This model's chat template does not place a system turn before the user turn.",
                                   "该模型的对话模板没有把系统轮放在用户轮之前。"),
-    "template.no_special_end": ("This model's chat template does not end the system turn with a special token.",
-                                "该模型的对话模板没有用特殊 token 结束系统轮。"),
     "template.not_splittable": (
         "kvqa cannot use this model's chat template: it cannot be cut exactly between the document and the "
         "question. Choose another instruct model (Llama 3.x, Qwen2, SmolLM2...) ({why})",

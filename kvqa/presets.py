@@ -28,7 +28,7 @@ class Preset:
     config: str  # kvqa/configs/<config>.json
     note: str
     gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
-    chinese: bool = False  # reads and answers Chinese (Qwen's families); the others are English models
+    chinese: bool = False  # reads and answers Chinese (Qwen's and Gemma's families); the others are English models
 
     @property
     def name(self) -> str:
@@ -50,11 +50,12 @@ class Preset:
         attention = hidden * (q + 2 * kv) + q * hidden
         if c["model_type"] == "qwen2":
             attention += q + 2 * kv  # q, k and v projection biases
-        if c["model_type"] == "qwen3":
+        if c["model_type"] in ("qwen3", "gemma3_text"):
             attention += 2 * head_dim  # q and k norms
+        norms = 4 if c["model_type"] == "gemma3_text" else 2  # Gemma 3: norms before and after attention and MLP
         mlp = 3 * hidden * c["intermediate_size"]
         embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
-        return layers * (attention + mlp + 2 * hidden) + embeddings + hidden
+        return layers * (attention + mlp + norms * hidden) + embeddings + hidden
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """One token's cache, as kvqa.cache computes it for a loaded model."""
@@ -74,6 +75,8 @@ PRESETS = (
     Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context", chinese=True),
     Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)",
            chinese=True),
+    Preset("google/gemma-3-1b-it", "gemma-3-1b", "English and Chinese; 32k context, sliding-window layers; gated "
+           "(HF_TOKEN)", gated=True, chinese=True),
     Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)", gated=True),
     Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context", chinese=True),
     Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", "English; 8k context"),

@@ -3,7 +3,9 @@
 The conversation is the model's own chat template applied to a system turn (instructions + document) and a user turn
 (the question), with the generation prompt. It is cut right after the special token that closes the system turn:
 tokenizers split text at special tokens before anything else, so the ids before that point do not depend on the
-question, and prefix + suffix equals the ids of the whole conversation tokenized in one go.
+question, and prefix + suffix equals the ids of the whole conversation tokenized in one go. A template with no control
+token there (Gemma's puts the system text at the head of the first user turn) is cut where the document's turn text
+ends, and check() proves that tokenizer does not merge across the cut.
 
 A pretrained model has no chat template: CompletionPrompt lays the same conversation out as plain text (the document,
 one line of instructions, then per question the quoted passage, `Question:` and `Answer:`), cut between two fixed
@@ -92,7 +94,7 @@ class ChatPrompt:
     pre: str
     mid: str
     post: str
-    cut: int  # end of the first special token in `mid`: the end of the system turn
+    cut: int  # end of the first special token in `mid` (the end of the system turn), or 0 where `mid` has none
     specials: re.Pattern  # matches the tokenizer's added (control) token strings
 
     stops_at_line_end = False  # the answer ends at the template's end of turn (an EOS id), not at a line's end
@@ -111,9 +113,9 @@ class ChatPrompt:
         mid, post = rest.split(_QUESTION)
         specials = _specials(tokenizer)
         first = specials.search(mid)
-        if first is None:
-            raise ModelError("template.no_special_end")
-        return cls(tokenizer, date_string, pre, mid, post, first.end(), specials)
+        # No control token between the document and the question (Gemma folds the system turn into the first user
+        # turn, "\n\n" between them): cut before `mid`; check() proves the tokenizer does not merge across it.
+        return cls(tokenizer, date_string, pre, mid, post, first.end() if first else 0, specials)
 
     def prefix_ids(self, document: str) -> list[int]:
         """Token ids of everything up to and including the end of the system turn that holds the document."""

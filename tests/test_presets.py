@@ -1,7 +1,8 @@
 """Presets: every model the app offers runs through kvqa's engine with its real architecture (kvqa/configs; two
 layers and the test tokenizer's vocabulary, random weights, so it runs in seconds), its kind of chat template (ChatML,
-Qwen2.5's, Qwen3's without thinking, Llama 3's) splits exactly, and its cached answers equal transformers' own
-`generate` on a copy of the same model with stock attention."""
+Qwen2.5's, Qwen3's without thinking, Llama 3's, Gemma 3's) splits exactly, and its cached answers equal transformers'
+own `generate` on a copy of the same model with stock attention. Gemma 3 4B's language model is not a preset
+(kvqa/configs/gemma-3-4b.json says why) but its architecture is tested the same way."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import kvqa
 from conftest import FIXTURES
 from kvqa.messages import render
 from kvqa.model import prepare
-from kvqa.presets import PRESETS, fitting, language_note, preset_for
+from kvqa.presets import PRESETS, Preset, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.rerank import passage_order
 from kvqa.sources import quotes
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
-                      "llama-3.2-1b": 1.236, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711, "llama-3.2-3b": 3.213}
+                      "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711, "llama-3.2-3b": 3.213}
+ARCHITECTURES = (*PRESETS, Preset("google/gemma-3-4b-it", "gemma-3-4b", "the language model of Gemma 3 4B-it"))
 DOCUMENT = ("The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. Use 60 grams of coffee "
             "per litre and wait four minutes before pressing. ") * 6
 
@@ -49,6 +51,10 @@ def tokenizer_for(preset, default_lm, llama3_tokenizer):
     if preset.config.startswith("smollm2"):
         return default_lm.tokenizer
     tokenizer = copy.deepcopy(default_lm.tokenizer)  # the SmolLM2 vocabulary with the preset's kind of template
+    if preset.config.startswith("gemma"):
+        tokenizer.add_tokens(["<start_of_turn>", "<end_of_turn>"], special_tokens=True)
+        tokenizer.chat_template = (FIXTURES / "gemma3_chat_template.jinja").read_text()
+        return tokenizer
     name = "qwen3_chat_template.jinja" if preset.config.startswith("qwen3") else "qwen2.5_chat_template.jinja"
     tokenizer.chat_template = (FIXTURES / name).read_text()
     return tokenizer
@@ -56,12 +62,15 @@ def tokenizer_for(preset, default_lm, llama3_tokenizer):
 
 def small_copy(preset, tokenizer):
     """The preset's architecture with two layers and the tokenizer's vocabulary, random weights scaled so the logits
-    are not flat (greedy choices are then far from ties)."""
+    are not flat (greedy choices are then far from ties). Gemma 3's two layers are one sliding-window layer and one
+    global layer, the window cut to 16 positions so the document spans many windows."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = {k: v for k, v in preset.settings.items()
                 if not k.startswith("_") and k not in ("torch_dtype", "architectures")}
     settings.update(num_hidden_layers=2, vocab_size=len(tokenizer))
+    if settings["model_type"] == "gemma3_text":
+        settings.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
@@ -72,7 +81,7 @@ def small_copy(preset, tokenizer):
     return model
 
 
-@pytest.mark.parametrize("preset", PRESETS, ids=[p.config for p in PRESETS])
+@pytest.mark.parametrize("preset", ARCHITECTURES, ids=[p.config for p in ARCHITECTURES])
 def test_each_preset_answers_from_its_cache_as_transformers_generate_does(preset, default_lm, llama3_tokenizer):
     tokenizer = tokenizer_for(preset, default_lm, llama3_tokenizer)
     model = small_copy(preset, tokenizer)
