@@ -26,7 +26,7 @@ ASSETS = Path(__file__).parent.parent / "assets"
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
 
-MODEL_FIXTURES = {"default_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server"}
+MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,6 +42,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def default_lm() -> kvqa.LoadedModel:
     return kvqa.load_model(kvqa.Config())
+
+
+@pytest.fixture(scope="session")
+def gemma_lm() -> kvqa.LoadedModel:
+    """The second offline model, Gemma 3 270M (pretrained; sliding-window layers; no chat template)."""
+    return kvqa.load_model(kvqa.Config(model="gemma-3-270m"))
 
 
 def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32) -> kvqa.LoadedModel:

@@ -21,7 +21,8 @@ from kvqa.rerank import passage_order
 from kvqa.sources import quotes
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
-                      "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711, "llama-3.2-3b": 3.213}
+                      "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711,
+                      "llama-3.2-3b": 3.213}
 ARCHITECTURES = (*PRESETS, Preset("google/gemma-3-4b-it", "gemma-3-4b", "the language model of Gemma 3 4B-it"))
 DOCUMENT = ("The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. Use 60 grams of coffee "
             "per litre and wait four minutes before pressing. ") * 6

