@@ -33,7 +33,7 @@ from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.messages import CATALOG, LANGUAGES, Message, language_of, render, say
 from kvqa.pages import render_page, text_context
 from kvqa.parts import parse_range, planned_parts, select, unit_name, unit_total
-from kvqa.presets import language_note, offered
+from kvqa.presets import language_note, offered, reader_for
 from kvqa.session import Session, cache_origin, speedup
 from kvqa.shared import SharedCaches
 from kvqa.sources import source_dict
@@ -295,6 +295,9 @@ class KvqaApp:
         self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
         self.pdfs: weakref.WeakKeyDictionary[Session, bytes] = weakref.WeakKeyDictionary()  # a PDF's own bytes
         self.reading_ahead: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions whose parts are read ahead now
+        self.picked: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions on a model chosen in the list
+        self.model_reasons: weakref.WeakKeyDictionary[Session, Message] = weakref.WeakKeyDictionary()  # not the first
+        self.model_box: gr.Dropdown | None = None  # the list of models, when there is more than one
 
     @property
     def budget(self) -> CacheBudget:
@@ -338,6 +341,7 @@ class KvqaApp:
             progress(0, desc=say("progress.loading_model", lang, model=model))
             engine.load()
             fresh = self.new_session(None, request, engine=engine)
+            self.picked.add(fresh)
             if session is not None and session.source is not None:
                 fresh.load(session.source, progress=lambda f: progress(f, desc=say("progress.reading_again", lang)))
         except KvqaError as e:
@@ -362,12 +366,13 @@ class KvqaApp:
         pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
-        language = language_note(info.model, session.document.text)
+        language = language_note(info.model, session.document.text, cache_dir=self.config.cache_dir)
         part += f"**{render(language, lang)}**\n\n" if language else ""
         rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
         if session.origin == "prefill" and session in self.estimates:
             rate += say("status.estimated", lang, seconds=self.estimates[session])
-        reason = self.config.model_reason if session.engine is self.engine else Message("reason.app")
+        reason = self.model_reasons.get(session) or (
+            self.config.model_reason if session.engine is self.engine else Message("reason.app"))
         cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
         memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
@@ -389,7 +394,12 @@ class KvqaApp:
                 self.chat: chat_messages(session, lang),
                 self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
                 self.table: latency_table(session, lang), self.plot: latency_plot(session, lang),
-                self.also_btn: self.also_button(session, lang)} | self.evidence(session, None, lang)
+                self.also_btn: self.also_button(session, lang)} | self.evidence(session, None, lang) | (
+            {self.model_box: self.model_of(session)} if self.model_box is not None and session is not None else {})
+
+    def model_of(self, session: Session) -> str:
+        """The name in the list of models of the one the session's engine runs."""
+        return next((m for m, e in self._engines.items() if e is session.engine), self.models[0])
 
     @staticmethod
     def also_button(session: Session | None, lang: str = "en"):
@@ -493,8 +503,19 @@ class KvqaApp:
 
     def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
         """Read the document (or its part) into the session, saying first how big it is and, once this model has
-        read something here, about how long the read will take; the read's rate then feeds the next estimate."""
+        read something here, about how long the read will take; the read's rate then feeds the next estimate. When
+        the document's language calls for another model (kvqa.presets.reader_for) and none was chosen in the list,
+        a new session on that model reads it; the old one is closed only once the read succeeded."""
         session = self.new_session(session, request)
+        reader = self.reader_session(session, document, request, lang, progress)
+        if reader is not session:
+            try:
+                loaded = self.read(document, reader, request, progress, part=part, lang=lang)
+            except BaseException:
+                reader.close()
+                raise
+            session.close()
+            return loaded
         progress(0, desc=say("progress.reading", lang))
         before, estimate = self.before_reading(session.engine, document if part is None else select(document, *part),
                                                lang)
@@ -516,6 +537,23 @@ class KvqaApp:
                 if cost is not None:
                     self.read_costs[session.engine.info.model] = cost
         return session, changed
+
+    def reader_session(self, session: Session, document, request, lang: str, progress) -> Session:
+        """The session to read `document` in: this one, or a new one on the offered model that reads the document's
+        language (loaded first), unless the model was chosen in the list or named when kvqa started."""
+        if session in self.picked:
+            return session
+        reader = reader_for(self.config.model, self.config.model_reason, document.text, cache_dir=self.config.cache_dir)
+        model = reader[0] if reader and reader[0] in self.models else self.config.model
+        engine = self.engine_for(model)
+        if engine is session.engine:
+            return session
+        progress(0, desc=say("progress.loading_model", lang, model=model))
+        engine.load()
+        fresh = self.new_session(None, request, engine=engine)
+        if reader and model == reader[0]:
+            self.model_reasons[fresh] = reader[1]
+        return fresh
 
     def read_ahead(self, session: Session) -> bool:
         """Read a long document's other parts in the background (Session.read_ahead), while the user asks; False
@@ -787,8 +825,8 @@ class KvqaApp:
                                      label="Language · 语言", elem_id="language", scale=0, min_width=180)
             self.promise_box = gr.Markdown(elem_id="promise")
             if len(self.models) > 1:
-                model_box = localized(gr.Dropdown, {"label": "ui.model"}, choices=self.models, value=self.models[0],
-                                      elem_id="model")
+                self.model_box = model_box = localized(gr.Dropdown, {"label": "ui.model"}, choices=self.models,
+                                                       value=self.models[0], elem_id="model")
             with gr.Row():
                 with gr.Column(scale=2):
                     upload = localized(gr.File, {"label": "ui.upload"}, file_types=[".pdf", ".txt", ".md"],
@@ -838,7 +876,8 @@ class KvqaApp:
             self.ahead_timer.tick(self.on_tick, [self.state, self.lang], [self.status, self.ahead_timer],
                                   api_visibility="private")
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
-                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn]
+                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn,
+                     *([self.model_box] if self.model_box is not None else [])]
             lang = self.lang
             upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
             read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
@@ -861,7 +900,7 @@ class KvqaApp:
             self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang], viewer,
                                      api_visibility="private")
             self.chat.select(self.on_chat_select, [self.state, lang], viewer, api_visibility="private")
-            everything = shown + [self.part, self.promise_box, *self._fixed]
+            everything = list(dict.fromkeys(shown + [self.part, self.promise_box, *self._fixed]))  # the list once
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
             lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")
             if len(self.models) > 1:
@@ -894,7 +933,7 @@ def make_app(environ=os.environ, **overrides) -> KvqaApp:
     if models and not overrides.get("model") and not environ.get("KVQA_MODEL", "").strip():
         overrides["model"] = models[0]  # the first offered model is the one loaded first
     config = config_from_env(environ, **overrides)
-    models = models or offered(config.model, environ)
+    models = models or offered(config.model, environ, cache_dir=config.cache_dir)
     behind_proxy = bool(environ.get("SPACE_ID")) or environ.get("KVQA_BEHIND_PROXY") == "1"
     return KvqaApp(config, make_engine(config, environ, store=store_for(config)), behind_proxy=behind_proxy,
                    models=models)

