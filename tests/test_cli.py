@@ -111,3 +111,20 @@ def test_binary_file_exits_2(tmp_path):
     path.write_bytes(bytes(range(256)) * 10)
     run = kvqa("ask", str(path), "-q", "x")
     assert run.returncode == 2 and "binary" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.model
+def test_a_chinese_document_is_read_by_the_model_that_reads_chinese(tmp_path):
+    path = tmp_path / "合作社.md"
+    path.write_text((ROOT / "tests" / "data" / "eval" / "qingshi-tea-coop-zh.md").read_text())
+    run = kvqa("ask", str(path), "-q", "合作社在哪里？", "--max-new-tokens", "24", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["model"] == "gemma-3-270m" and "reading with gemma-3-270m" in run.stderr
+    assert "mostly Chinese" in run.stderr and "--model" in run.stderr
+    answer = result["answers"][0]
+    assert answer["answer"].strip() and "\n" not in answer["answer"]
+    named = kvqa("ask", str(path), "-q", "合作社在哪里？", "--max-new-tokens", "8", "--json",
+                 "--model", "SmolLM2-135M-Instruct")
+    assert named.returncode == 0 and json.loads(named.stdout)["model"] == "SmolLM2-135M-Instruct"
+    assert "gemma-3-270m" in named.stderr  # the note names the model that reads Chinese

@@ -1,0 +1,106 @@
+"""The model that reads the document's language (kvqa.presets.reader_for): on an offline install, a mostly Chinese
+document goes from the English-only default to the offline model that reads Chinese, in the app and the API, unless a
+model was named or chosen in the list; the status says which model reads it and why. Fake engines at the seam."""
+
+from __future__ import annotations
+
+import pytest
+
+import app
+import kvqa
+from fakes import FakeEngine
+from kvqa.messages import Message, render
+from kvqa.presets import reader_for
+
+CHINESE = "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。合作社有社员一百二十户，主要种植绿茶和白茶。" * 8
+ENGLISH = "The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. " * 8
+
+
+@pytest.fixture
+def converted(tmp_path):
+    """A cache folder where Gemma 3 270M's converted copy lies (so it counts as installed, packages or not)."""
+    folder = tmp_path / "gemma-3-270m-f32"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    return tmp_path
+
+
+def test_a_chinese_document_goes_to_the_model_that_reads_chinese(converted):
+    default = Message("reason.default")
+    model, why = reader_for("SmolLM2-135M-Instruct", default, CHINESE, cache_dir=converted)
+    assert model == "gemma-3-270m" and "mostly Chinese" in why and "中文" in render(why, "zh")
+    assert reader_for("SmolLM2-135M-Instruct", Message("reason.no_cuda"), CHINESE, cache_dir=converted)
+    assert reader_for("SmolLM2-135M-Instruct", default, ENGLISH, cache_dir=converted) is None
+    assert reader_for("gemma-3-270m", default, CHINESE, cache_dir=converted) is None  # reads it already
+    assert reader_for("Qwen/Qwen2.5-0.5B-Instruct", default, CHINESE, cache_dir=converted) is None  # not offline
+    for named in ("reason.env", "reason.command_line", "reason.app"):  # a person named the model: kept
+        assert reader_for("SmolLM2-135M-Instruct", Message(named), CHINESE, cache_dir=converted) is None
+
+
+def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr("kvqa.presets.installed", lambda model, cache_dir: False)
+    assert reader_for("SmolLM2-135M-Instruct", Message("reason.default"), CHINESE, cache_dir=tmp_path) is None
+
+
+def offline_app(cache_dir, **settings):
+    config = kvqa.Config(cache_dir=cache_dir, **settings)
+    default, gemma = FakeEngine(model="SmolLM2-135M-Instruct"), FakeEngine(model="gemma-3-270m")
+    ui = app.KvqaApp(config, default, models=["gemma-3-270m"])
+    ui._engines["gemma-3-270m"] = gemma  # offered, already loaded
+    ui.build()
+    return ui, default, gemma
+
+
+def test_the_app_reads_a_chinese_document_with_the_model_that_reads_it_and_says_why(converted):
+    ui, default, gemma = offline_app(converted)
+    first = ui.on_paste(ENGLISH, None)[ui.state]
+    assert first.engine is default
+    shown = ui.on_paste(CHINESE, first, lang="zh")
+    session = shown[ui.state]
+    try:
+        assert session is not first and session.engine is gemma and gemma.prefills == 1
+        assert first.closed and first.prefilled is None  # the English one is freed once the new read succeeded
+        assert shown[ui.model_box] == "gemma-3-270m"
+        assert "gemma-3-270m" in shown[ui.status] and "文档主要是中文" in shown[ui.status]
+        english = ui.on_paste(ENGLISH, session)[ui.state]  # English again: the default reads it
+        assert english.engine is default and session.closed
+        english.close()
+        api = ui.api_prefill(text=CHINESE)[ui.state]  # the API the same
+        assert api.engine is gemma
+        api.close()
+    finally:
+        session.close()
+
+
+def test_a_model_chosen_in_the_list_or_named_is_kept(converted):
+    ui, default, gemma = offline_app(converted)
+    session = ui.on_paste(ENGLISH, None)[ui.state]
+    assert ui.on_model("SmolLM2-135M-Instruct", session) == {}  # chosen in the list, though already reading
+    session = ui.on_paste(CHINESE, session)[ui.state]
+    try:
+        assert session.engine is default  # chosen in the list: the Chinese document stays with it
+    finally:
+        session.close()
+    named, default, gemma = offline_app(converted, model_reason=Message("reason.command_line"))
+    session = named.on_paste(CHINESE, None)[named.state]
+    try:
+        assert session.engine is default and gemma.prefills == 0
+    finally:
+        session.close()
+
+
+def test_a_failed_read_on_the_other_model_leaves_the_session_as_it_was(converted):
+    ui, default, gemma = offline_app(converted)
+
+    def out_of_memory(document, chunk):
+        raise kvqa.errors.OutOfMemory("memory.out", doing=Message("doing.reading"))
+
+    gemma.on_chunk = out_of_memory
+    session = ui.on_paste(ENGLISH, None)[ui.state]
+    try:
+        with pytest.warns(UserWarning):
+            shown = ui.on_paste(CHINESE, session)
+        assert ui.state not in shown or shown[ui.state] is session
+        assert not session.closed and session.engine is default and session.document.text.startswith("The Lumaro")
+    finally:
+        session.close()
