@@ -67,15 +67,20 @@ def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
 
 
 def causal_mask(**kwargs) -> torch.Tensor | None:
-    """transformers' sdpa mask, left out (None) where new tokens follow cached ones plainly, which grouped_sdpa
-    then attends without a mask (attend_after_past); any other mask (padding, a fixed-shape cache) as transformers
-    makes it."""
+    """transformers' sdpa mask, left out (None) where new tokens follow cached ones plainly (also within a sliding
+    window that hides none of the keys given), which grouped_sdpa then attends without a mask (attend_after_past);
+    any other mask (padding, a fixed-shape cache, a window that hides keys) as transformers makes it."""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    plain = (kwargs.get("mask_function", causal_mask_function) is causal_mask_function
-             and kwargs.get("attention_mask") is None and kwargs.get("local_size") is None
-             and kwargs.get("kv_offset", 0) == 0 and kwargs.get("allow_is_causal_skip", True))
-    if plain and kwargs.get("q_offset", 0) + kwargs["q_length"] == kwargs["kv_length"]:
+    q_end = kwargs.get("q_offset", 0) + kwargs["q_length"]  # one past the last new token's position
+    kv_offset, window = kwargs.get("kv_offset", 0), kwargs.get("local_size")
+    if kwargs.get("attention_mask") is not None or not kwargs.get("allow_is_causal_skip", True):
+        return sdpa_mask(**kwargs)  # padding, or another mask laid over the causal one
+    plain = kwargs.get("mask_function", causal_mask_function) is causal_mask_function and window is None
+    # a sliding window (transformers passes its size as local_size) that hides none of the keys given, as kvqa's
+    # cache gives a window layer only the positions its new tokens can see: plainly causal over those
+    windowed = window is not None and not kwargs.get("use_vmap", False) and q_end - 1 - kv_offset < window
+    if (plain and kv_offset == 0 or windowed) and q_end == kv_offset + kwargs["kv_length"]:
         return None
     return sdpa_mask(**kwargs)
 

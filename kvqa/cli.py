@@ -214,7 +214,9 @@ def _print_summary(result: dict, *, no_cache: bool) -> None:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model",
-                   help="Hugging Face model id or local folder (default: $KVQA_MODEL, else SmolLM2-135M-Instruct)")
+                   help="Hugging Face model id, local folder, or an offline model: SmolLM2-135M-Instruct or "
+                   "gemma-3-270m (default: $KVQA_MODEL, else SmolLM2-135M-Instruct, and gemma-3-270m for a mostly "
+                   "Chinese document)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
     p.add_argument("--compile", choices=("on", "off"), help="decode through torch.compile on a fixed-shape cache "

@@ -16,6 +16,8 @@ from .attention import GROUPED_SDPA, _register_grouped_sdpa
 from .cache import unsupported_reason
 from .config import Config
 from .errors import ModelError
+from .gemma_step import GemmaStep
+from .gemma_step import supports as can_step_gemma
 from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
@@ -39,7 +41,8 @@ class LoadedModel:
     eos_ids: frozenset[int]
     load_s: float
     decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
-    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.llama_step)
+    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.llama_step,
+    # kvqa.gemma_step)
 
     @property
     def config(self):
@@ -158,8 +161,17 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         eos_ids=frozenset(eos_ids),
         load_s=time.perf_counter() - load_started if load_started else 0.0,
         decode_step=compiled_decode_step(model, device) if compile else None,
-        step=LlamaStep(model) if can_step(model, device) else None,
+        step=written_out_step(model, device),
     )
+
+
+def written_out_step(model, device: torch.device) -> Callable | None:
+    """The one-token step written out for this model where kvqa has one (Llama-family, Gemma 3; on the CPU)."""
+    if can_step(model, device):
+        return LlamaStep(model)
+    if can_step_gemma(model, device):
+        return GemmaStep(model)
+    return None
 
 
 def compiled_decode_step(model, device: torch.device) -> Callable:

@@ -1,6 +1,6 @@
-"""The decode step written out (kvqa.llama_step) computes what the model's own forward computes for one
-token, bit for bit: the same logits and the same keys and values in the cache, step after step, in float32 and
-bfloat16. It adds no memory, and models it cannot run fall back to the forward."""
+"""The decode steps written out (kvqa.llama_step, kvqa.gemma_step) compute what the model's own forward computes for
+one token, bit for bit: the same logits and the same keys and values in the cache, step after step, in float32 and
+bfloat16, past a sliding window too. They add no memory, and models they cannot run fall back to the forward."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
 from kvqa.bench.memory import weight_bytes
 from kvqa.cache import new_cache
@@ -60,6 +60,31 @@ def test_other_shapes_of_grouped_attention_step_the_same(tiny_lm, tiny_llama3_lm
     for lm in (tiny_lm, tiny_llama3_lm):  # 4 query heads on 2 key/value heads, head size 16
         (fast_logits, _), (forward_logits, _) = steps_both_ways(lm, prompt_tokens=90, steps=8)
         assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
+
+
+def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32):
+    """A random Gemma 3 text model: five sliding-window layers (16 positions) and a global one, 4 heads on 2."""
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=16,
+                              max_position_embeddings=4096)
+    model = Gemma3ForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)  # the norms' weights too: Gemma's start at 0 (scale 1 + w)
+    return prepare(model.to(dtype), tokenizer, name="tiny-gemma", device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemma_steps_as_its_forward_does_bit_for_bit_past_the_window(default_lm, dtype):
+    lm = tiny_gemma(default_lm.tokenizer, dtype)
+    assert type(lm.step).__name__ == "GemmaStep"
+    for prompt_tokens in (1, 9, 40):  # inside the 16-position window, and past it
+        (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(
+            lm, prompt_tokens=prompt_tokens, steps=12)
+        assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits)), prompt_tokens
+        assert all(torch.equal(k, k0) and torch.equal(v, v0)
+                   for (k, v), (k0, v0) in zip(fast_cache, forward_cache)), prompt_tokens
 
 
 def test_fused_projections_are_the_modules_own_weights(default_lm):

@@ -1,0 +1,71 @@
+"""One decode step of a Gemma 3 text model on the CPU, written out (as kvqa.llama_step is for Llama).
+
+transformers' forward for one token builds two masks, two rotary tables and some 120 small operations a layer around
+the 7 matrix products; this step does the same arithmetic in the same order with the same kernels, so its logits and
+the keys/values it writes are the model's own bit for bit (tests/test_llama_step.py). Gemma 3 adds to Llama's layer:
+norms on each head's queries and keys, a norm after attention and around the MLP, embeddings scaled by sqrt(hidden),
+and sliding-window layers with their own rotary base, which attend to the window's last positions of the cache only
+(kvqa.cache keeps every position; the window is a view).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.models.gemma3.modeling_gemma3 import rotate_half
+
+from .cache import KVCache
+from .llama_step import _fuse
+
+
+def supports(model, device: torch.device) -> bool:
+    """Gemma 3 text models without projection biases or soft-capping, on the CPU."""
+    config = model.config
+    return (device.type == "cpu" and type(model).__name__ == "Gemma3ForCausalLM"
+            and not getattr(config, "attention_bias", False) and not getattr(config, "attn_logit_softcapping", None)
+            and not getattr(config, "final_logit_softcapping", None)
+            and not getattr(config, "use_bidirectional_attention", False))
+
+
+class GemmaStep:
+    """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
+
+    def __init__(self, model):
+        self.model = model
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.kinds = list(config.layer_types)
+        with torch.no_grad():
+            self.qkv = [_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                        for layer in model.model.layers]
+            self.gate_up = [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in model.model.layers]
+
+    @torch.no_grad()
+    def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
+        model, h, kv, d = self.model.model, self.heads, self.kv_heads, self.head_dim
+        position = cache.length
+        assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
+        x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden), scaled by sqrt(hidden)
+        at = torch.tensor([[position]])
+        rope = {kind: model.rotary_emb(x, at, kind) for kind in set(self.kinds)}  # (1, 1, D) cos, sin per kind
+        for layer, kind, qkv_weight, gate_up_weight, held in zip(model.layers, self.kinds, self.qkv, self.gate_up,
+                                                                 cache.layers):
+            attn = layer.self_attn
+            qkv = F.linear(layer.input_layernorm(x), qkv_weight)  # (1, 1, (H + 2 KV) D)
+            q = attn.q_norm(qkv[..., : h * d].view(1, 1, h, d).transpose(1, 2))  # (1, H, 1, D)
+            k = attn.k_norm(qkv[..., h * d: (h + kv) * d].view(1, 1, kv, d).transpose(1, 2))  # (1, KV, 1, D)
+            cos, sin = (t.unsqueeze(1) for t in rope[kind])
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # apply_rotary_pos_emb
+            held.key_buffer[:, :, position: position + 1].copy_(k)
+            held.value_buffer[:, :, position: position + 1].copy_(
+                qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
+            start = 0 if held.window is None else max(0, position + 1 - held.window)  # what the window sees
+            keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
+            out = F.scaled_dot_product_attention(q.reshape(1, kv, h // kv, d), keys, values,
+                                                 scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
+            x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d)))
+            gate, up = F.linear(layer.pre_feedforward_layernorm(x), gate_up_weight).chunk(2, dim=-1)
+            x = x + layer.post_feedforward_layernorm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))
+        cache.advance(1)
+        return self.model.lm_head(model.norm(x))[:, -1]
