@@ -104,3 +104,12 @@ def test_a_failed_read_on_the_other_model_leaves_the_session_as_it_was(converted
         assert not session.closed and session.engine is default and session.document.text.startswith("The Lumaro")
     finally:
         session.close()
+
+
+def test_the_list_offers_the_offline_models_installed_here(converted, monkeypatch):
+    from kvqa.presets import offered
+
+    assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
+    assert offered("my/own-model", {}, cache_dir=converted) == ["my/own-model"]  # a model named: only it
+    monkeypatch.setattr("kvqa.presets.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
+    assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct"]
