@@ -16,7 +16,7 @@ from ..cache import bytes_per_token, new_cache
 from ..config import Config
 from ..documents import Document
 from ..engines.local import LocalEngine
-from ..generate import decode_one_token, quoted_passages, run_chunks
+from ..generate import decode_one_token, quoted_passages, run_chunks, stops_for
 from ..model import LoadedModel
 from ..prompt import Prompt
 from ..timing import now
@@ -105,9 +105,11 @@ def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     from transformers import DynamicCache, GenerationConfig
 
     model, device = lm.model, lm.device
-    eos = sorted(lm.eos_ids)
+    ends = lm.eos_ids | stops_for(lm, prompt)  # a completion prompt's answer also ends at its line's end
+    eos = sorted(ends)
     generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
-                                  pad_token_id=eos[0] if eos else None)
+                                  pad_token_id=eos[0] if eos else None,
+                                  begin_suppress_tokens=eos if prompt.stops_at_line_end else None)
     suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
                                     quotes=quoted_passages(lm, document.text, q, quote=config.quote_passages,
                                                            rerank=config.rerank_passages)[0])
@@ -131,7 +133,7 @@ def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
                                  streamer=clock)
             total = now(device) - started
             new = out[0, full.shape[1]:].tolist()
-            ended = next((i for i, t in enumerate(new) if t in lm.eos_ids), len(new))
+            ended = next((i for i, t in enumerate(new) if t in ends), len(new))
             ids_all.append(tuple(new[:ended]))
             runs.append((len(new[:ended]), (clock.first_token_at or now(device)) - started, total))
             del fork, out
@@ -140,8 +142,14 @@ def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
                peak_memory_bytes=memory.increase, peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes,
                cache_tokens=cache_tokens,
                theoretical_cache_bytes=bytes_per_token(lm.config, lm.dtype) * cache_tokens,
-               answers=[lm.tokenizer.decode(list(ids), skip_special_tokens=True) for ids in ids_all])
+               answers=[_said(lm, ids, prompt) for ids in ids_all])
     return row, ids_all
+
+
+def _said(lm: LoadedModel, ids: Sequence[int], prompt: Prompt) -> str:
+    """An answer's text as kvqa says it (a line-ended answer without its leading space)."""
+    text = lm.tokenizer.decode(list(ids), skip_special_tokens=True)
+    return text.lstrip() if prompt.stops_at_line_end else text
 
 
 def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: list[int],
