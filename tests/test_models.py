@@ -16,11 +16,15 @@ def tiny_mistral(sliding_window):
     return MistralForCausalLM(config)
 
 
-def test_sliding_window_models_are_refused_with_a_reason(default_lm):
-    with pytest.raises(kvqa.ModelError, match="sliding_attention layers, whose cache kvqa cannot roll back"):
-        prepare(tiny_mistral(4096), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
-    lm = prepare(tiny_mistral(None), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
-    assert lm.context_length > 0 and not any(p.requires_grad for p in lm.model.parameters())
+def test_chunked_attention_models_are_refused_with_a_reason_and_sliding_window_ones_run(default_lm):
+    chunked = tiny_mistral(None)
+    chunked.config.layer_types, chunked.config.attention_chunk_size = ["chunked_attention", "full_attention"], 8
+    with pytest.raises(kvqa.ModelError, match="chunked_attention layers, whose cache kvqa cannot roll back"):
+        prepare(chunked, default_lm.tokenizer, name="tiny-chunked", device=torch.device("cpu"))
+    for window in (4096, None):  # Mistral's sliding window (kvqa.cache keeps every position), or none
+        lm = prepare(tiny_mistral(window), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
+        assert lm.context_length > 0 and not any(p.requires_grad for p in lm.model.parameters())
+    assert [layer.window for layer in kvqa.cache.new_cache(tiny_mistral(4096).config, 8).layers] == [4096, 4096]
 
 
 def test_device_and_dtype_choice_on_a_cpu_machine():
