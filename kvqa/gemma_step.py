@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from transformers.models.gemma3.modeling_gemma3 import rotate_half
 
 from .cache import KVCache
-from .llama_step import _fuse
+from .llama_step import fuse_layers
 
 
 def supports(model, device: torch.device) -> bool:
@@ -36,10 +36,7 @@ class GemmaStep:
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = config.head_dim
         self.kinds = list(config.layer_types)
-        with torch.no_grad():
-            self.qkv = [_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                        for layer in model.model.layers]
-            self.gate_up = [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in model.model.layers]
+        self.qkv, self.gate_up = fuse_layers(model)
 
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:

@@ -38,6 +38,14 @@ def _fuse(*linears: torch.nn.Linear) -> torch.Tensor:
     return fused
 
 
+@torch.no_grad()
+def fuse_layers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per layer, q|k|v and gate|up as one matrix each (the modules' weights become views of them)."""
+    layers = model.model.layers
+    return ([_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers],
+            [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers])
+
+
 class LlamaStep:
     """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
 
@@ -46,10 +54,7 @@ class LlamaStep:
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
-        with torch.no_grad():
-            self.qkv = [_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
-                        for layer in model.model.layers]
-            self.gate_up = [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in model.model.layers]
+        self.qkv, self.gate_up = fuse_layers(model)
 
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:

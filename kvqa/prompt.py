@@ -81,8 +81,35 @@ def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
     return f"From the document:\n{quoted}\n\nQuestion: {question}\nAnswer briefly, from the document."
 
 
+class QuestionTurns:
+    """What both layouts do with their turn_ids(history, question, quotes): fit a question's turn in its room."""
+
+    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
+                     quotes: Sequence[str] = ()) -> list[int]:
+        """The question's suffix ids, after the earlier turns of `history` (question, answer) when given, with the
+        quoted passages when they fit in `limit` tokens; raises QuestionError when the question is empty or its ids
+        alone are longer than `limit` tokens."""
+        _check_question(question)
+        for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
+            ids = self.turn_ids(history, question, quotes[:kept])
+            if len(ids) <= limit:
+                return ids
+        ids = self.turn_ids(history, question)
+        if len(ids) > limit:
+            raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",
+                                tokens=len(ids), limit=limit)
+        return ids
+
+    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
+        """How many of the latest turns of `history` fit with the question in `limit` tokens (0: none)."""
+        for keep in range(len(history), 0, -1):
+            if len(self.turn_ids(history[len(history) - keep:], question)) <= limit:
+                return keep
+        return 0
+
+
 @dataclass(frozen=True)
-class ChatPrompt:
+class ChatPrompt(QuestionTurns):
     """The model's chat template, split around the document and the question.
 
     rendered(document, question) == pre + T(system) + mid + T(question) + post, where T is whatever the template
@@ -163,28 +190,9 @@ class ChatPrompt:
         rendered = _render(self.tokenizer, _DOC, text, self.date_string)
         return rendered[len(self.pre + _DOC + self.mid): len(rendered) - len(self.post)]
 
-    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
-                     quotes: Sequence[str] = ()) -> list[int]:
-        """The question's suffix ids, after the earlier turns of `history` (question, answer) when given, with the
-        quoted passages (question_turn) when they fit in `limit` tokens; raises QuestionError when the question is
-        empty or its ids alone are longer than `limit` tokens."""
-        _check_question(question)
-        for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
-            ids = self.conversation_ids(history, question_turn(question, quotes[:kept]))
-            if len(ids) <= limit:
-                return ids
-        ids = self.conversation_ids(history, question)
-        if len(ids) > limit:
-            raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",
-                                tokens=len(ids), limit=limit)
-        return ids
-
-    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
-        """How many of the latest turns of `history` fit with the question in `limit` tokens (0: none)."""
-        for keep in range(len(history), 0, -1):
-            if len(self.conversation_ids(history[len(history) - keep:], question)) <= limit:
-                return keep
-        return 0
+    def turn_ids(self, history: Sequence[tuple[str, str]], question: str, quotes: Sequence[str] = ()) -> list[int]:
+        """The ids after the system turn: earlier turns, then the question's turn quoting `quotes` (question_turn)."""
+        return self.conversation_ids(history, question_turn(question, quotes))
 
     def check(self) -> None:
         """Raise ModelError unless prefix + suffix ids equal the whole conversation tokenized in one go, for a
@@ -252,7 +260,7 @@ COMPLETION_LABELS = {  # (passage, question, answer) labels, in the question's l
 
 
 @dataclass(frozen=True)
-class CompletionPrompt:
+class CompletionPrompt(QuestionTurns):
     """A pretrained model's prompt (no chat template): the document and a line of instructions as the prefix, then per
     question `Passage: ...`, `Question: ...`, `Answer:` (in Chinese 段落：/问题：/回答：), earlier turns of a
     conversation as their Question/Answer lines before it. The prefix ends with a blank line and every suffix starts
@@ -298,26 +306,7 @@ class CompletionPrompt:
     def suffix_ids(self, question: str) -> list[int]:
         return self.conversation_ids((), question)
 
-    def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
-                     quotes: Sequence[str] = ()) -> list[int]:
-        """As ChatPrompt.question_ids, in this layout."""
-        _check_question(question)
-        for kept in range(len(quotes), 0, -1):  # as many of the quotes as fit, best first
-            ids = self.conversation_ids(history, question, quotes[:kept])
-            if len(ids) <= limit:
-                return ids
-        ids = self.conversation_ids(history, question)
-        if len(ids) > limit:
-            raise QuestionError("question.too_many_tokens_in_conversation" if history else "question.too_many_tokens",
-                                tokens=len(ids), limit=limit)
-        return ids
-
-    def remembered(self, history: Sequence[tuple[str, str]], question: str, *, limit: int) -> int:
-        """How many of the latest turns of `history` fit with the question in `limit` tokens (0: none)."""
-        for keep in range(len(history), 0, -1):
-            if len(self.conversation_ids(history[len(history) - keep:], question)) <= limit:
-                return keep
-        return 0
+    turn_ids = conversation_ids  # (history, question, quotes) -> ids, as QuestionTurns asks
 
     def rendered(self, document: str, question: str) -> str:
         return self.prefix_text(document) + self.turn_text(question)
