@@ -43,7 +43,7 @@ class _BufferLayer(DynamicLayer):
         assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
         self.key_buffer[:, :, self.length: end].copy_(key_states)
         self.value_buffer[:, :, self.length: end].copy_(value_states)
-        start = 0 if self.window is None else max(0, self.length - self.window + 1)
+        start = self.window_start
         self._set_length(end)
         if start:
             return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]  # what the window sees
@@ -51,10 +51,13 @@ class _BufferLayer(DynamicLayer):
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(keys attended, position of the first): what update() returns for the next `query_length` tokens."""
-        if self.window is None:
-            return self.length + query_length, 0
-        start = max(0, self.length - self.window + 1)
+        start = self.window_start
         return self.length - start + query_length, start
+
+    @property
+    def window_start(self) -> int:
+        """The first position the next token sees: 0, or for a sliding window the W - 1 before it."""
+        return 0 if self.window is None else max(0, self.length - self.window + 1)
 
     def get_seq_length(self) -> int:
         return self.length
@@ -169,7 +172,8 @@ class KVCache(Cache):
 
 def new_cache(model_config, capacity: int) -> KVCache:
     """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too)."""
-    return KVCache(len(windows(model_config)), capacity, windows(model_config))
+    per_layer = windows(model_config)
+    return KVCache(len(per_layer), capacity, per_layer)
 
 
 def windows(model_config) -> list[int | None]:

@@ -57,7 +57,7 @@ class GemmaStep:
             held.key_buffer[:, :, position: position + 1].copy_(k)
             held.value_buffer[:, :, position: position + 1].copy_(
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
-            start = 0 if held.window is None else max(0, position + 1 - held.window)  # what the window sees
+            start = held.window_start  # what the window sees (the cache's length is still `position`)
             keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
             out = F.scaled_dot_product_attention(q.reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries

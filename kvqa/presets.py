@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .cache import kv_bytes
 from .messages import Message
-from .offline import OFFLINE, installed, offline_model
+from .offline import installed_models, offline_model
 from .prompt import mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -100,7 +100,7 @@ def language_note(model: str, text: str, *, cache_dir=None) -> Message | None:
     preset = preset_for(model)
     if preset is None or preset.chinese or not mostly_chinese(text):
         return None
-    local = [m.name for m in OFFLINE if m.chinese and cache_dir is not None and installed(m, cache_dir)]
+    local = [m.name for m in installed_models(cache_dir) if m.chinese]
     better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
     return Message("notice.english_model", model=preset.name, better=better)
 
@@ -115,7 +115,7 @@ def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[st
     current = offline_model(model)
     if current is None or current.chinese or getattr(reason, "key", None) in PINNED or not mostly_chinese(text):
         return None
-    better = next((m for m in OFFLINE if m.chinese and installed(m, cache_dir)), None)
+    better = next((m for m in installed_models(cache_dir) if m.chinese), None)
     if better is None:
         return None
     return better.name, Message("reason.reads_chinese", model=current.name)
@@ -133,7 +133,7 @@ def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: boo
     float32), gated ones only with HF_TOKEN; elsewhere `default` and the other offline models installed here (in
     `cache_dir`, or as packages). memory_bytes, cuda: the machine, for tests."""
     if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
-        local = [m.name for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
+        local = [m.name for m in installed_models(cache_dir)]
         return list(dict.fromkeys([default, *local])) if offline_model(default) else [default]
     if cuda is None or memory_bytes is None:
         import psutil

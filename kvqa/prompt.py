@@ -82,7 +82,8 @@ def question_turn(question: str, quotes: Sequence[str] = ()) -> str:
 
 
 class QuestionTurns:
-    """What both layouts do with their turn_ids(history, question, quotes): fit a question's turn in its room."""
+    """What both layouts do with their tokenizer and turn_ids(history, question, quotes): fit a question's turn in its
+    room, and tokenize plain text."""
 
     def question_ids(self, question: str, *, limit: int, history: Sequence[tuple[str, str]] = (),
                      quotes: Sequence[str] = ()) -> list[int]:
@@ -106,6 +107,12 @@ class QuestionTurns:
             if len(self.turn_ids(history[len(history) - keep:], question)) <= limit:
                 return keep
         return 0
+
+    def _text_ids(self, text: str) -> list[int]:
+        """Plain text's ids: special-token strings in it stay text."""
+        if not text:
+            return []
+        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 @dataclass(frozen=True)
@@ -224,11 +231,6 @@ class ChatPrompt(QuestionTurns):
             run += text[pos:]
         return ids + self._text_ids(run)
 
-    def _text_ids(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-
 
 def _render(tokenizer, system: str, user: str, date_string: str) -> str:
     return _render_turns(tokenizer, system, [user], date_string)
@@ -324,11 +326,6 @@ class CompletionPrompt(QuestionTurns):
                     whole = [*self.bos, *self._text_ids(text)]
                     if self.prefix_ids(document) + self.conversation_ids(history, question, quotes) != whole:
                         raise ModelError("template.not_splittable", why=Message("template.tokens_differ"))
-
-    def _text_ids(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
 
 Prompt = ChatPrompt | CompletionPrompt

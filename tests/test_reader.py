@@ -38,7 +38,7 @@ def test_a_chinese_document_goes_to_the_model_that_reads_chinese(converted):
 
 
 def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monkeypatch):
-    monkeypatch.setattr("kvqa.presets.installed", lambda model, cache_dir: False)
+    monkeypatch.setattr("kvqa.offline.installed", lambda model, cache_dir: False)
     assert reader_for("SmolLM2-135M-Instruct", Message("reason.default"), CHINESE, cache_dir=tmp_path) is None
 
 
@@ -111,5 +111,5 @@ def test_the_list_offers_the_offline_models_installed_here(converted, monkeypatc
 
     assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
     assert offered("my/own-model", {}, cache_dir=converted) == ["my/own-model"]  # a model named: only it
-    monkeypatch.setattr("kvqa.presets.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
+    monkeypatch.setattr("kvqa.offline.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
     assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct"]
