@@ -1,15 +1,17 @@
 """kvqa: read a long document once, answer every question from a copy-free rollback of its key/value cache.
 
 The public surface: an engine built from the settings (`make_engine(Config())`) prefills documents and streams
-answers; a `Session` holds one user's document, cache and turns. kvqa.generate's functions (`prefill`, `stream`,
-`answer`...), which the engines call, also work on a model you loaded yourself.
+answers; a `Session` holds one user's document, cache and turns; `ask(engine, doc, question)` is a question's one way
+(its evidence found once, the engine's answer, its sources). `prefill`, `stream`, `answer`... do the same on a model
+you loaded yourself.
 """
 
+from .ask import Evidence, answer, answer_without_cache, ask, ask_without_cache, stream, stream_without_cache
 from .config import DEFAULT_MODEL, Config
 from .documents import Document, document_from_text, load_document
 from .engines import Engine, EngineInfo, LocalEngine, make_engine
 from .errors import BusyError, DocumentError, DocumentTooLong, KvqaError, ModelError, OutOfMemory, QuestionError
-from .generate import answer, answer_without_cache, prefill, stream, stream_without_cache
+from .generate import prefill
 from .model import LoadedModel, load_model
 from .results import Answer, AnswerStream, PrefilledDocument
 from .session import Session
@@ -17,7 +19,8 @@ from .timing import Timings
 
 __all__ = [
     "Answer", "AnswerStream", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError", "DocumentTooLong",
-    "Engine", "EngineInfo", "KvqaError", "LoadedModel", "LocalEngine", "ModelError", "OutOfMemory",
-    "PrefilledDocument", "QuestionError", "Session", "Timings", "answer", "answer_without_cache",
-    "document_from_text", "load_document", "load_model", "make_engine", "prefill", "stream", "stream_without_cache",
+    "Engine", "EngineInfo", "Evidence", "KvqaError", "LoadedModel", "LocalEngine", "ModelError", "OutOfMemory",
+    "PrefilledDocument", "QuestionError", "Session", "Timings", "answer", "answer_without_cache", "ask",
+    "ask_without_cache", "document_from_text", "load_document", "load_model", "make_engine", "prefill", "stream",
+    "stream_without_cache",
 ]

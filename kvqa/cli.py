@@ -47,39 +47,22 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def _ask(args: argparse.Namespace) -> int:
-    from .documents import combine, decode_text, document_from_text, load_documents
+    """Answer each question through a Session (parts, routing, the store), printing as it goes."""
+    from .documents import read_paths
     from .engines import make_engine
-    from .export import FORMAT, answer_dict, document_dict, part_dict, parts_list
+    from .export import answer_notes, part_dict, range_read, session_dict, summary_table
     from .messages import Message
-    from .parts import notice, parse_range, part_of, prefill_part, prefill_parts, routed, select
+    from .parts import asked_range
     from .presets import language_note, reader_for
+    from .session import Session
     from .store import store_for
 
     config = config_from(args)
-    documents, problems = [], []
-    for doc in args.doc:
-        if doc == "-":
-            documents.append(document_from_text(decode_text(sys.stdin.buffer.read(), name="standard input"),
-                                                name="stdin"))
-        else:
-            loaded, failed = load_documents([doc], config=config)
-            documents, problems = documents + loaded, problems + failed
-    document = combine(documents, problems=problems)  # raises when nothing could be read
-    for problem in problems:  # the others are still read
-        print(f"kvqa: skipped: {problem}", file=sys.stderr)
-    if args.pages and args.chars:
-        raise KvqaError("cli.pages_and_chars")
-    if args.pages and not document.page_starts:
-        raise KvqaError("cli.pages_for_pdf")
-    if args.chars and document.page_starts:
-        raise KvqaError("cli.chars_for_text")
-    part = parse_range(args.pages or args.chars, document) if args.pages or args.chars else None
-    questions = args.question
-    for q in questions:  # checked again when answering; here so that it fails before the model loads
-        if not q.strip():
-            raise KvqaError("cli.empty_question")
-    chatty = sys.stderr.isatty() and not args.json  # progress for people; scripts get only the error line
-    say = (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
+    document = read_paths(args.doc, config=config, stdin=sys.stdin.buffer)
+    part = asked_range(document, pages=args.pages, chars=args.chars)
+    if any(not q.strip() for q in args.question):  # checked again when answering; here, before the model loads
+        raise KvqaError("cli.empty_question")
+    say = _say(chatty=sys.stderr.isatty() and not args.json)  # progress for people; scripts get only the error line
     reader = None if config.engine_url else reader_for(config.model, config.model_reason, document.text,
                                                        cache_dir=config.cache_dir)
     if reader:  # the model that reads the document's language (--model still chooses)
@@ -90,96 +73,49 @@ def _ask(args: argparse.Namespace) -> int:
     engine = make_engine(config, store=store)
     info = engine.load()
     say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
-    result = {"format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
-              "exact_vs_recompute": info.exact_vs_recompute, "guarantee": info.guarantee,
-              "document": document_dict(document),
-              "context_tokens": 0, "prefill_s": 0.0, "read_s": None, "cache_bytes": 0, "cache_source": None,
-              "answers": []}
-    if args.no_cache:  # recomputed per question: a part must be chosen (--pages/--chars) if it does not fit
-        read = select(document, *part) if part else document
-        result["parts"] = [part_dict(read.part, document) | {"tokens": None}]  # counted by each question's prompt
+    session = Session(engine, recompute=args.no_cache)
+    progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
+    session.load(document, part=part, progress=progress)
+    for note in (session.notice, language_note(info.model, document.text, cache_dir=config.cache_dir)):
+        if note:
+            print(f"kvqa: {note}", file=sys.stderr)
+    result = session_dict(session)  # what was read first: later questions may read other parts
+    if args.no_cache:  # counted by each question's prompt
+        result.update(cache_source=None, parts=[part_dict(session.document.part, document) | {"tokens": None}])
     else:
-        progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
-        doc, parts = prefill_parts(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
-                                   first=part[0] if part else None, last=part[1] if part else None)
-        read = doc.document  # the document, or the part of it that fits the model
-        result["parts"] = parts_list(document, parts)
-    said = notice(read, document, asked=part, parts=1 if args.no_cache else len(parts))
-    if said:
-        print(f"kvqa: {said}", file=sys.stderr)
-    language = language_note(info.model, document.text, cache_dir=config.cache_dir)
-    if language:
-        print(f"kvqa: {language}", file=sys.stderr)
-    if read.part is not None:
-        key = "pages" if read.part.unit == "pages" else "chars"
-        result.update({f"{key}_read": [read.part.first, read.part.last], f"{key}_total": read.part.total})
-    elif document.page_starts:
-        result.update(pages_read=[1, len(document.page_starts)], pages_total=len(document.page_starts))
-    if args.no_cache:
-        def run(q):
-            return engine.stream_without_cache(read, q)
-    else:
-        if doc.cache_source == "disk":
-            first = f" (first read in {doc.read_s:.2f} s)" if doc.read_s is not None else ""
-            say(f"restored {doc.tokens:,} tokens from the store in {doc.prefill_s:.2f} s{first}, "
-                f"cache {doc.cache_bytes / 2**20:,.1f} MiB")
-        else:
-            say(f"\rprefilled {doc.tokens:,} tokens in {doc.prefill_s:.2f} s "
-                f"({doc.tokens_per_s:,.0f} tokens/s), cache {doc.cache_bytes / 2**20:,.1f} MiB")
-        result.update(context_tokens=doc.tokens, prefill_s=doc.prefill_s, read_s=doc.first_read_s,
-                      cache_bytes=doc.cache_bytes, cache_source=doc.cache_source)
-
-        def run(q):
-            return engine.stream(doc, q)
-    current = 0
-    for q in questions:
-        also = None  # another part that matches the question too
-        if not args.no_cache and not part and len(parts) > 1:  # to the part that matches the question best
-            target, index = routed(document, parts, q, current=current)
-            if index is not None:
-                also = part_of(document, parts[index][0], parts[index][1])
-            if target != current:
-                first, last, _ = parts[target]
-                doc = prefill_part(lambda d: engine.prefill(d, progress=progress), engine.count_tokens, document,
-                                   first=first, last=last)
-                read, current = doc.document, target
-                said = Message("notice.routed", part=read.part.name, name=document.name, index=target + 1,
-                               parts=len(parts))
-                print(f"kvqa: {said}", file=sys.stderr)
-            if also is not None:
-                flag = "pages" if also.unit == "pages" else "chars"
-                print("kvqa: " + str(Message("cli.also", also=index + 1, parts=len(parts), flag=flag,
-                                             also_part=also.name, part=read.part.name,
-                                             range=f"{also.first}-{also.last}")), file=sys.stderr)
+        say(session.prefilled.read_line)
+    result.update(range_read(session.document, document))
+    for q in args.question:
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
-        with run(q) as pieces:
+        routed = lambda d: print(f"kvqa: {session.notice}", file=sys.stderr)  # noqa: E731 - another part was read
+        with session.ask(q, progress=progress, on_part=routed) as pieces:
             for piece in pieces:
                 if not args.json:
                     print(piece, end="", flush=True)
             answer = pieces.answer
-        t = answer.timings
-        result["answers"].append(answer_dict(q, answer.text, t, stop_reason=answer.stop_reason,
-                                             sources=answer.sources, unsupported=answer.unsupported,
-                                             part=part_dict(read.part, document),
-                                             also=part_dict(also, document) if also else None))
-        if args.no_cache:
-            result["context_tokens"] = max(result["context_tokens"], t.question_tokens)
+        turn = session.turns[-1]
+        if turn.also is not None:
+            flag, also = ("pages" if turn.also.unit == "pages" else "chars"), turn.also
+            print("kvqa: " + str(Message("cli.also", also=session.also_index + 1, parts=len(session.parts), flag=flag,
+                                         also_part=also.name, part=turn.part.name,
+                                         range=f"{also.first}-{also.last}")), file=sys.stderr)
         if not args.json:
-            print(f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else "")
-            if answer.unsupported:
-                print(f"   {Message('answer.unsupported', items=', '.join(answer.unsupported))}")
-            for n, source in enumerate(answer.sources, start=1):
-                where = f"page {source.page}, " if source.page else ""
-                print(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): "
-                      f"{_quote(source.text)}")
+            print(answer_notes(answer))
+    result["answers"] = session_dict(session)["answers"]
+    if args.no_cache:
+        result["context_tokens"] = max(t.timings.question_tokens for t in session.turns)
     if store is not None:
         store.flush()  # the cache's file is written in the background: let it finish before the process ends
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:
-        _print_summary(result, no_cache=args.no_cache)
+        print(summary_table(result))
     return 0
+
+
+def _say(*, chatty: bool):
+    return (lambda *a, **k: print(*a, **k, file=sys.stderr, flush=True)) if chatty else (lambda *a, **k: None)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -194,22 +130,6 @@ def _bench(args: argparse.Namespace) -> int:
     from .bench import run_from_args
 
     return run_from_args(args, config_from(args))
-
-
-def _quote(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return f"“{text if len(text) <= limit else text[: limit - 1] + '…'}”"
-
-
-def _print_summary(result: dict, *, no_cache: bool) -> None:
-    print("\n" + result["guarantee"])
-    how = "restored from the store" if result["cache_source"] == "disk" else "prefill"
-    print("\n" + ("no cache: every question recomputed the whole prompt" if no_cache else
-                  f"{how}: {result['context_tokens']:,} tokens once in {result['prefill_s']:.2f} s"))
-    print(f"{'question':<40} {'tokens in':>9} {'new':>5} {'TTFT s':>8} {'total s':>8}")
-    for a in result["answers"]:
-        q = a["question"] if len(a["question"]) <= 40 else a["question"][:37] + "..."
-        print(f"{q:<40} {a['question_tokens']:>9,} {a['new_tokens']:>5} {a['ttft_s']:>8.3f} {a['answer_s']:>8.3f}")
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -254,23 +174,9 @@ def _parser() -> argparse.ArgumentParser:
                      "($KVQA_STORE_DIR) nor write it there")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)
-    bench = commands.add_parser("bench", help="time kvqa against recomputing the prompt and transformers' cache copy")
-    _add_model_flags(bench)
-    bench.add_argument("--contexts", default="512,1024,2048,4096",
-                       help="document prompt lengths in tokens, comma-separated (default 512,1024,2048,4096)")
-    bench.add_argument("--questions", type=int, default=3, help="how many built-in questions to ask (default 3)")
-    bench.add_argument("--max-new-tokens", type=int, default=32, help="answer length in tokens (default 32)")
-    bench.add_argument("--chunk-size", type=int, help="kvqa's prefill chunk in tokens (default 512)")
-    bench.add_argument("--draft-tokens", type=int, help="kvqa rows: tokens guessed per step (default 6; 0: off)")
-    bench.add_argument("--doc", help="the document (.pdf, .txt, .md), repeated to fill the longest context "
-                       "(default: the sample document)")
-    bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "
-                       "or a name in kvqa/configs such as llama-3.2-3b) with --model's tokenizer: for timing only")
-    bench.add_argument("--store", action="store_true", help="instead: time restoring each context's cache from the "
-                       "disk tier against prefilling it (try --contexts 1024,4096,7000)")
-    bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")
-    bench.add_argument("--plot", metavar="PATH", help="write a PNG of TTFT against context length")
-    bench.set_defaults(run=_bench)
+    from .bench.flags import add_parser as add_bench
+
+    add_bench(commands, model_flags=_add_model_flags, run=_bench)
     doctor = commands.add_parser("doctor", help="show what kvqa will use here, and how to fix what is wrong")
     _add_model_flags(doctor)
     _add_engine_flag(doctor)

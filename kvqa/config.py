@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from .messages import Message
@@ -22,8 +22,43 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvqa"
 
 
+def _setting(default, *, least: float | None = None, above: float | None = None):
+    """A Decoding field: its KVQA_ variable is derived from its name; config_from_env refuses a value below `least`
+    or not above `above`."""
+    return field(default=default, metadata={"least": least, "above": above})
+
+
 @dataclass(frozen=True)
-class Config:
+class Decoding:
+    """How an answer is decoded and what its turn quotes: Config's first fields, taken whole by the engines and
+    kvqa.generate (Config.decoding, built once per engine). A new setting is a field here (its variable is
+    KVQA_<NAME>) and a line in docs/deploy.md's table."""
+
+    temperature: float = _setting(0.0)  # 0 is greedy: exact and repeatable
+    seed: int | None = _setting(None)  # for sampling (temperature > 0): the same seed gives the same answer
+    repeat_stop: int = _setting(12, least=0)  # end an answer that repeats a span whole over this many tokens
+    #                                           ("repeating"); 0: never
+    repetition_penalty: float = _setting(1.0, above=0)  # > 1: the answer's own tokens are made less likely again
+    #                                                     (CTRL's rule); 1: off
+    draft_tokens: int = _setting(6, least=0)  # greedy answers check this many tokens guessed from the document per
+    #                                           step; 0: off
+    rerank_passages: int = _setting(0, least=0)  # BM25's best passages for a question the model reorders before
+    #                                              quoting; 0: off
+    quote_passages: int = _setting(1, least=0)  # the document's passages that best match a question, quoted in its
+    #                                             turn; 0: none
+
+    @property
+    def passages(self) -> int:
+        """How many of a question's best passages its engine is handed: to quote, or to rerank first."""
+        return max(self.quote_passages, self.rerank_passages)
+
+
+PLAIN = Decoding(repeat_stop=0, draft_tokens=0, quote_passages=0)  # greedy, one token a step, the question alone:
+#                                                                    kvqa.generate's default on a model of your own
+
+
+@dataclass(frozen=True)
+class Config(Decoding):
     model: str = DEFAULT_MODEL  # the default, a Hugging Face model id, or a local folder
     device: str = "auto"  # auto: cuda, then mps, then cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
@@ -31,13 +66,6 @@ class Config:
     chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve
-    temperature: float = 0.0  # 0 is greedy: exact and repeatable
-    seed: int | None = None  # for sampling (temperature > 0): the same seed gives the same answer
-    repeat_stop: int = 12  # end an answer that repeats a span whole over this many tokens ("repeating"); 0: never
-    repetition_penalty: float = 1.0  # > 1: the answer's own tokens are made less likely again (CTRL's rule); 1: off
-    draft_tokens: int = 6  # greedy answers check this many tokens guessed from the document per step; 0: off
-    rerank_passages: int = 0  # BM25's best passages for a question the model reorders before quoting; 0: off
-    quote_passages: int = 1  # the document's passages that best match a question, quoted in its turn; 0: none
     compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
     max_file_mb: float = 50.0  # largest upload or file read
     max_pdf_pages: int = 2000
@@ -54,6 +82,11 @@ class Config:
     engine_model: str = ""  # the server's model name; "": the first one it lists
     engine_api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
     engine_timeout_s: float = 300.0  # give up when the server sends nothing for this long
+
+    @property
+    def decoding(self) -> Decoding:
+        """The decoding settings alone, as engines take them."""
+        return Decoding(**{f.name: getattr(self, f.name) for f in fields(Decoding)})
 
     @property
     def reserve_tokens(self) -> int:
@@ -75,15 +108,11 @@ ENVIRONMENT = {
     "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
-    "session_ttl_s": "KVQA_SESSION_TTL", "temperature": "KVQA_TEMPERATURE", "repeat_stop": "KVQA_REPEAT_STOP",
-    "repetition_penalty": "KVQA_REPETITION_PENALTY",
-    "draft_tokens": "KVQA_DRAFT_TOKENS", "quote_passages": "KVQA_QUOTE_PASSAGES",
-    "rerank_passages": "KVQA_RERANK_PASSAGES", "compile": "KVQA_COMPILE",
-    "store_mb": "KVQA_STORE_MB",
+    "session_ttl_s": "KVQA_SESSION_TTL", "compile": "KVQA_COMPILE", "store_mb": "KVQA_STORE_MB",
     "store_dir": "KVQA_STORE_DIR", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
     "engine_api_key": "KVQA_ENGINE_API_KEY", "engine_timeout_s": "KVQA_ENGINE_TIMEOUT",
-}
-_KINDS = {"store_dir": Path}  # settings whose default (None) does not tell their type
+} | {f.name: f"KVQA_{f.name.upper()}" for f in fields(Decoding)}
+_KINDS = {"store_dir": Path, "seed": int}  # settings whose default (None) does not tell their type
 
 
 def choose_model(environ, *, cuda: bool | None = None, hub_access=None) -> tuple[str, str]:
@@ -150,12 +179,15 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
-               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s", "repetition_penalty")
+               "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     if config.compile not in ("off", "on"):
         raise KvqaError("config.compile", value=config.compile)
     low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
-    low += [ENVIRONMENT[n] for n in ("repeat_stop", "draft_tokens", "store_mb", "quote_passages", "rerank_passages")
-            if getattr(config, n) < 0]
+    low += [ENVIRONMENT[n] for n in ("store_mb",) if getattr(config, n) < 0]
+    for f in fields(Decoding):
+        value, least, above = getattr(config, f.name), f.metadata["least"], f.metadata["above"]
+        if (least is not None and value < least) or (above is not None and value <= above):
+            low.append(ENVIRONMENT[f.name])
     if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
         raise KvqaError("config.not_positive", names=", ".join(low) or "KVQA_CACHE_BUDGET_MB")
     return config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import io
+import sys
 import time
 import unicodedata
 from collections.abc import Sequence
@@ -128,6 +129,22 @@ def load_document(path: str | Path, *, config: Config = Config()) -> Document:
     if not text.strip():  # a PDF without text has been refused by _pdf_text already
         raise DocumentError("file.whitespace", name=path.name)
     return Document(name=path.name, text=text, pages=len(starts) if starts else None, page_starts=starts)
+
+
+def read_paths(paths: Sequence[str], *, config: Config, stdin=None) -> Document:
+    """The files as one document (`kvqa ask`), "-" for the text on stdin (bytes); a file that cannot be read is named
+    on stderr and the others are read; raises when none can be."""
+    documents, problems = [], []
+    for path in paths:
+        if path == "-":
+            documents.append(document_from_text(decode_text(stdin.read(), name="standard input"), name="stdin"))
+        else:
+            loaded, failed = load_documents([path], config=config)
+            documents, problems = documents + loaded, problems + failed
+    document = combine(documents, problems=problems)  # raises when nothing could be read
+    for problem in problems:  # the others are still read
+        print(f"kvqa: skipped: {problem}", file=sys.stderr)
+    return document
 
 
 def decode_text(data: bytes, *, name: str = "the file") -> str:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Sequence
 
 from .documents import Document, Part
+from .messages import Message
 from .parts import unit_name, unit_total
 from .sources import Source, source_dict
 from .timing import Timings
@@ -49,9 +50,20 @@ def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str,
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
 
 
+def range_read(read, document) -> dict:
+    """The pages (or characters) read of the document, for `kvqa ask --json`: {"pages_read": [1, 13],
+    "pages_total": 36} (or chars_...); nothing for a whole text."""
+    if read.part is not None:
+        key = "pages" if read.part.unit == "pages" else "chars"
+        return {f"{key}_read": [read.part.first, read.part.last], f"{key}_total": read.part.total}
+    if document.page_starts:
+        return {"pages_read": [1, len(document.page_starts)], "pages_total": len(document.page_starts)}
+    return {}
+
+
 def session_dict(session) -> dict:
     """A Session's document, parts and every question so far, as JSON (kvqa.session.Session)."""
-    info, doc, source = session.engine.info, session.prefilled, session.source
+    info, doc, source = session.engine.info, session.prefilled, session.whole
     return {
         "format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
         "exact_vs_recompute": info.exact_vs_recompute, "guarantee": str(info.guarantee),
@@ -65,6 +77,34 @@ def session_dict(session) -> dict:
                                 also=part_dict(t.also, source) if t.also else None)
                     for t in session.turns],
     }
+
+
+def summary_table(conversation: dict) -> str:
+    """The promise, how the document was read, and each answer's figures, for a terminal (`kvqa ask`)."""
+    how = "restored from the store" if conversation["cache_source"] == "disk" else "prefill"
+    read = ("no cache: every question recomputed the whole prompt" if conversation["cache_source"] is None else
+            f"{how}: {conversation['context_tokens']:,} tokens once in {conversation['prefill_s']:.2f} s")
+    lines = ["", conversation["guarantee"], "", read,
+             f"{'question':<40} {'tokens in':>9} {'new':>5} {'TTFT s':>8} {'total s':>8}"]
+    for a in conversation["answers"]:
+        q = a["question"] if len(a["question"]) <= 40 else a["question"][:37] + "..."
+        lines.append(f"{q:<40} {a['question_tokens']:>9,} {a['new_tokens']:>5} {a['ttft_s']:>8.3f} "
+                     f"{a['answer_s']:>8.3f}")
+    return "\n".join(lines)
+
+
+def answer_notes(answer) -> str:
+    """Under an answer in a terminal (`kvqa ask`): whether it repeated itself, what it names that the document lacks,
+    and its sources, each quoted on one line."""
+    lines = [f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else ""]
+    if answer.unsupported:
+        lines.append(f"   {Message('answer.unsupported', items=', '.join(answer.unsupported))}")
+    for n, source in enumerate(answer.sources, start=1):
+        where = f"page {source.page}, " if source.page else ""
+        text = " ".join(source.text.split())
+        quoted = text if len(text) <= 160 else text[:159] + "…"
+        lines.append(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): “{quoted}”")
+    return "\n".join(lines)
 
 
 def to_json(conversation: dict) -> str:

@@ -20,17 +20,15 @@ from dataclasses import replace
 import torch
 
 from .cache import KVCache, bytes_per_token, new_cache
-from .config import Config
+from .config import PLAIN, Config, Decoding
 from .documents import Document
 from .errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
 from .memory import release_memory
 from .messages import Message
 from .model import LoadedModel
 from .prompt import Prompt, prompt_for
-from .rerank import passage_order
-from .results import Answer, AnswerStream, PrefilledDocument, close_events
-from .sources import find_sources, quotes
-from .support import unsupported
+from .rerank import quoted
+from .results import Answer, AnswerStream, PrefilledDocument, Question, close_events
 from .timing import Timings, now
 
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer packs more than this on average: longer texts cannot fit
@@ -135,59 +133,26 @@ def out_of_memory_as_error(doing: str) -> Iterator[None]:
 
 # ---- decode -------------------------------------------------------------------------------------------------------
 
-def stream(
-    lm: LoadedModel,
-    doc: PrefilledDocument,
-    question: str,
-    *,
-    max_new_tokens: int | None = None,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    repeat_stop: int = 0,
-    penalty: float = 1.0,
-    draft: int = 0,
-    history: Sequence[tuple[str, str]] = (),
-    quote: int = 0,
-    rerank: int = 0,
-) -> AnswerStream:
-    """Answer from the prefilled cache, streaming; the cache is left as it was. history: earlier (question, answer)
-    turns the question follows up on, read after the document (and, like the question, never kept in its cache).
-    quote: how many of the document's passages that best match the question are quoted in its turn.
-    should_stop() is checked before each new token; when it says so the answer ends with stop_reason "stopped".
-    repeat_stop, draft: see decode_n_tokens. The Answer carries the passages it relies on. Bad questions raise here,
-    at once."""
-    max_new_tokens = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
+def stream(lm: LoadedModel, doc: PrefilledDocument, question: Question, options: Decoding = PLAIN, *,
+           should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+    """Answer from the prefilled cache, streaming; the cache is left as it was. The question's turn quotes its
+    passages (options.quote_passages, reranked first when options.rerank_passages) after its earlier turns
+    (question.history, read after the document and, like the question, never kept in its cache). should_stop() is
+    checked before each new token; when it says so the answer ends with stop_reason "stopped". The Answer has no
+    sources: kvqa.ask gives them. Bad questions raise here, at once."""
+    max_new_tokens = doc.max_new_tokens if question.max_new_tokens is None else question.max_new_tokens
     if not 1 <= max_new_tokens <= doc.max_new_tokens:
         raise QuestionError("question.max_new_tokens", most=doc.max_new_tokens, asked=max_new_tokens)
-    quoted, order, ranked_s = quoted_passages(lm, doc.document.text, question, quote=quote, rerank=rerank)
-    ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens, history=history, quotes=quoted)
-    pieces = _answer_on_cache(lm, doc, question, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                              seed=seed, should_stop=should_stop, repeat_stop=repeat_stop, penalty=penalty,
-                              draft=draft, ranked_s=ranked_s)
-    return AnswerStream(with_sources(pieces, doc.document, question, order))
-
-
-def quoted_passages(lm: LoadedModel, text: str, question: str, *, quote: int,
-                    rerank: int) -> tuple[list[str], list[int] | None, float]:
-    """What a question's turn quotes: the `quote` passages that best match it (BM25's best `rerank` reordered by the
-    model first, when rerank > 0: kvqa.rerank), the passage order its sources then follow (None: BM25's), and the
-    seconds choosing them took (counted in the answer's times). Every path that builds a question's turn uses it."""
-    started = now(lm.device)
     with out_of_memory_as_error("doing.answering"):
-        order = passage_order(lm, text, question, rerank)
-    return quotes(text, question, quote, order), order, now(lm.device) - started
+        quotes, order, ranked_s = quoted(lm, question, options)
+    ids = doc.prompt.question_ids(question.text, limit=doc.max_question_tokens, history=question.history,
+                                  quotes=quotes)
+    return AnswerStream(_ordered(_answer_on_cache(lm, doc, question.text, ids, options, max_new_tokens=max_new_tokens,
+                                                  should_stop=should_stop, ranked_s=ranked_s), order))
 
 
-def decoding(config: Config) -> dict:
-    """How answers are decoded and what their turn quotes, from the settings: the keyword options of stream() and
-    stream_without_cache(), built in one place for every engine."""
-    return {"temperature": config.temperature, "seed": config.seed, "repeat_stop": config.repeat_stop,
-            "penalty": config.repetition_penalty, "draft": config.draft_tokens, "quote": config.quote_passages,
-            "rerank": config.rerank_passages}
-
-
-def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options) -> Iterator[str | Answer]:
+def _answer_on_cache(lm, doc, question, ids, options, *, max_new_tokens, should_stop,
+                     ranked_s: float) -> Iterator[str | Answer]:
     """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end.
     ranked_s: the time spent choosing the quoted passages, counted in the answer's times."""
     if not doc.lock.acquire(blocking=False):
@@ -196,81 +161,58 @@ def _answer_on_cache(lm, doc, question, ids, *, ranked_s: float = 0.0, **options
         started = now(lm.device) - ranked_s
         with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
             logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
-            yield from decode_n_tokens(lm, logits, doc.cache, question=question, question_tokens=len(ids),
-                                       started=started, used_cache=True, context=[*doc.ids, *ids],
-                                       stop_ids=stops_for(lm, doc.prompt), **options)
+            yield from decode_n_tokens(lm, logits, doc.cache, options, question=question, question_tokens=len(ids),
+                                       max_new_tokens=max_new_tokens, started=started, used_cache=True,
+                                       context=[*doc.ids, *ids], stop_ids=stops_for(lm, doc.prompt),
+                                       should_stop=should_stop)
     finally:
         doc.cache.rollback(doc.tokens)
         doc.lock.release()
 
 
-def stream_without_cache(
-    lm: LoadedModel,
-    document: Document,
-    question: str,
-    *,
-    config: Config = Config(),
-    prompt: Prompt | None = None,
-    max_new_tokens: int | None = None,
-    temperature: float = 0.0,
-    seed: int | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    repeat_stop: int = 0,
-    penalty: float = 1.0,
-    draft: int = 0,
-    same_schedule: bool = False,
-    history: Sequence[tuple[str, str]] = (),
-    quote: int = 0,
-    rerank: int = 0,
-) -> AnswerStream:
+def stream_without_cache(lm: LoadedModel, document: Document, question: Question, options: Decoding = PLAIN, *,
+                         config: Config = Config(), prompt: Prompt | None = None,
+                         should_stop: Callable[[], bool] | None = None, same_schedule: bool = False) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
     config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
-    max_new_tokens = config.max_new_tokens if max_new_tokens is None else max_new_tokens
+    max_new_tokens = config.max_new_tokens if question.max_new_tokens is None else question.max_new_tokens
     prompt = prompt or prompt_for(lm.tokenizer)
-    quoted, order, ranked_s = quoted_passages(lm, document.text, question, quote=quote, rerank=rerank)
+    with out_of_memory_as_error("doing.answering"):
+        quotes, order, ranked_s = quoted(lm, question, options)
     prefix = prompt.prefix_ids(document.text)
-    ids = prefix + prompt.question_ids(question, limit=config.max_question_tokens, history=history, quotes=quoted)
+    ids = prefix + prompt.question_ids(question.text, limit=config.max_question_tokens, history=question.history,
+                                       quotes=quotes)
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
         chunks = [prefix[i: i + config.chunk_size] for i in range(0, len(prefix), config.chunk_size)]
         chunks.append(ids[len(prefix):])
     capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
-    pieces = _answer_from_scratch(lm, chunks, question, capacity=capacity, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, seed=seed, should_stop=should_stop,
-                                  repeat_stop=repeat_stop, penalty=penalty, draft=draft, ranked_s=ranked_s,
-                                  stop_ids=stops_for(lm, prompt))
-    return AnswerStream(with_sources(pieces, document, question, order))
+    pieces = _answer_from_scratch(lm, chunks, question.text, options, capacity=capacity, max_new_tokens=max_new_tokens,
+                                  should_stop=should_stop, ranked_s=ranked_s, stop_ids=stops_for(lm, prompt))
+    return AnswerStream(_ordered(pieces, order))
 
 
-def _answer_from_scratch(lm, chunks, question, *, capacity, max_new_tokens, ranked_s: float = 0.0,
-                         **options) -> Iterator[str | Answer]:
+def _answer_from_scratch(lm, chunks, question, options, *, capacity, max_new_tokens, should_stop, ranked_s,
+                         stop_ids) -> Iterator[str | Answer]:
     started = now(lm.device) - ranked_s
     tokens = sum(len(c) for c in chunks)
     with out_of_memory_as_error("doing.answering"):
         cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
-        yield from decode_n_tokens(lm, logits, cache, question=question, question_tokens=tokens,
+        yield from decode_n_tokens(lm, logits, cache, options, question=question, question_tokens=tokens,
                                    max_new_tokens=max_new_tokens, started=started, used_cache=False,
-                                   context=[t for chunk in chunks for t in chunk], **options)
+                                   context=[t for chunk in chunks for t in chunk], stop_ids=stop_ids,
+                                   should_stop=should_stop)
 
 
-def with_sources(events: Iterator[str | Answer], document: Document, question: str,
-                 order: Sequence[int] | None = None) -> Iterator[str | Answer]:
-    """The answer's events, its Answer given the document's passages it relies on (kvqa.sources; `order`: the
-    reranked passages, kvqa.rerank) and what it names that the document lacks (kvqa.support)."""
+def _ordered(events: Iterator[str | Answer], order: Sequence[int] | None) -> Iterator[str | Answer]:
+    """The answer's events, its Answer noting the passage order the model chose (kvqa.rerank), for its sources."""
     try:
         for event in events:
-            if isinstance(event, Answer):
-                started = time.perf_counter()
-                found = find_sources(document.text, event.text, question, pages=document.pages is not None,
-                                     order=order)
-                event = replace(event, sources=tuple(found),
-                                unsupported=unsupported(event.text, document.text, question),
-                                timings=replace(event.timings, sources_s=time.perf_counter() - started))
-            yield event
+            yield replace(event, order=tuple(order)) if isinstance(event, Answer) and order else event
     finally:
         close_events(events)  # the answer's own clean-up (the rollback) runs now, not when collected
 
@@ -361,21 +303,24 @@ class Drafter:
         return []
 
 
-def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tokens, temperature, seed, started,
-                    used_cache, should_stop, repeat_stop: int = 0, penalty: float = 1.0,
-                    context: list[int] | None = None, draft: int = 0,
-                    stop_ids: frozenset[int] = frozenset()) -> Iterator[str | Answer]:
+def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, options: Decoding, *, question: str,
+                    question_tokens: int, max_new_tokens: int, started: float, used_cache: bool,
+                    context: Sequence[int] = (), stop_ids: frozenset[int] = frozenset(),
+                    should_stop: Callable[[], bool] | None = None) -> Iterator[str | Answer]:
     """Choose up to max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, then the Answer.
 
-    With draft > 0 and greedy decoding, each step also checks up to `draft` tokens guessed from `context` (the
-    prompt's ids) and the answer so far: one forward over [last token, guesses] gives the model's own choice after
-    each of them, the guesses it agrees with are kept, and the cache is rolled back past the others. Every kept
-    token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never drafts.
-    With repeat_stop > 0, an answer that repeats a span whole over that many tokens ends ("repeating"). With
-    penalty > 1, each token the answer already holds is made less likely (see penalise), guesses included.
+    With options.draft_tokens > 0 and greedy decoding, each step also checks up to that many tokens guessed from
+    `context` (the prompt's ids) and the answer so far: one forward over [last token, guesses] gives the model's own
+    choice after each of them, the guesses it agrees with are kept, and the cache is rolled back past the others.
+    Every kept token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never
+    drafts. With options.repeat_stop > 0, an answer that repeats a span whole over that many tokens ends
+    ("repeating"). With options.repetition_penalty > 1, each token the answer already holds is made less likely (see
+    penalise), guesses included.
     stop_ids (a completion prompt's line ends, kvqa.prompt.CompletionPrompt): tokens that end the answer as EOS does;
     until the answer holds something other than whitespace they and EOS cannot be chosen (an answer is never empty),
     and leading whitespace is not said."""
+    temperature, penalty, draft = options.temperature, options.repetition_penalty, options.draft_tokens
+    seed = options.seed
     generator = torch.Generator(device=lm.device).manual_seed(seed) if seed is not None and temperature > 0 else None
     tokens: list[int] = []
     text, stop_reason, steps, drafted, rejected = "", "length", 0, 0, 0
@@ -384,8 +329,8 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
     blank = bool(stop_ids)  # nothing but whitespace said yet, where that matters (line-ended answers)
     pending = [choose(unsaid(logits, ends) if blank else logits, temperature, generator)]  # chosen, not yet taken
     ttft = now(lm.device) - started
-    drafter = Drafter(context or []) if draft > 0 and temperature <= 0 else None  # indexed after the first token
-    digits = number_tokens(lm.tokenizer) if repeat_stop > 0 else frozenset()
+    drafter = Drafter(list(context)) if draft > 0 and temperature <= 0 else None  # indexed after the first token
+    digits = number_tokens(lm.tokenizer) if options.repeat_stop > 0 else frozenset()
     while stop_reason == "length" and len(tokens) < max_new_tokens:
         for token in pending:
             if should_stop is not None and should_stop():
@@ -396,7 +341,7 @@ def decode_n_tokens(lm, logits, cache, *, question, question_tokens, max_new_tok
                 tokens.append(token)
                 if drafter is not None:
                     drafter.add(token)
-                if is_looping(tokens, repeat_stop, digits=digits):
+                if is_looping(tokens, options.repeat_stop, digits=digits):
                     stop_reason = "repeating"
             if stop_reason != "length" or len(tokens) == max_new_tokens:
                 break
@@ -490,16 +435,6 @@ def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator 
         return int(logits[0].argmax())
     probs = torch.softmax(logits[0].float() / temperature, dim=-1)
     return int(torch.multinomial(probs, 1, generator=generator))
-
-
-def answer(lm: LoadedModel, doc: PrefilledDocument, question: str, **options) -> Answer:
-    """The whole answer at once (see stream)."""
-    return stream(lm, doc, question, **options).answer
-
-
-def answer_without_cache(lm: LoadedModel, document: Document, question: str, **options) -> Answer:
-    """The whole baseline answer at once (see stream_without_cache)."""
-    return stream_without_cache(lm, document, question, **options).answer
 
 
 # ---- the promise --------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from .errors import DocumentError, DocumentTooLong
 from .messages import Message
 from .prompt import system_text
 from .results import PrefilledDocument
-from .sources import best_sentence, scored_evidence
+from .sources import Ranking, best_sentence
 
 MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
@@ -50,6 +50,17 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
         raise DocumentError("part.out_of_range", name=document.name, total=total, unit=Message(f"unit.{unit}"),
                             text=text.strip())
     return first, last
+
+
+def asked_range(document: Document, *, pages: str | None, chars: str | None) -> tuple[int, int] | None:
+    """`kvqa ask --pages 14-27` (a PDF) or `--chars 1-40000` (a text) as (first, last); None when neither is given."""
+    if pages and chars:
+        raise DocumentError("cli.pages_and_chars")
+    if pages and not document.page_starts:
+        raise DocumentError("cli.pages_for_pdf")
+    if chars and document.page_starts:
+        raise DocumentError("cli.chars_for_text")
+    return parse_range(pages or chars, document) if pages or chars else None
 
 
 def part_of(document: Document, first: int, last: int) -> Part:
@@ -188,19 +199,20 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
     return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
 
 
-def passage_shares(document: Document, parts: Sequence[tuple[int, int, int]],
-                   question: str) -> list[tuple[float, list[float]]]:
-    """The document's passages best matching the question, as (BM25 points, the share of the passage inside each
-    part): the best ROUTE_PASSAGES (as evidence ranks them) scoring at least ROUTE_THRESHOLD of the best one, each
-    placed by its best-matching sentence (a passage may run over a paragraph two parts share). Near-duplicates below
-    the threshold cannot outvote the best passage (a document repeating a sentence with one word changed)."""
+def passage_shares(ranking: Ranking, document: Document,
+                   parts: Sequence[tuple[int, int, int]]) -> list[tuple[float, list[float]]]:
+    """The document's passages best matching the question (its Ranking over the whole document), as (BM25 points,
+    the share of the passage inside each part): the best ROUTE_PASSAGES scoring at least ROUTE_THRESHOLD of the best
+    one, each placed by its best-matching sentence (a passage may run over a paragraph two parts share).
+    Near-duplicates below the threshold cannot outvote the best passage (a document repeating a sentence with one
+    word changed)."""
     spans = [_offsets(document, a, b) for a, b, _ in parts]
-    found = scored_evidence(document.text, question, limit=ROUTE_PASSAGES)
+    found = ranking.best(ROUTE_PASSAGES)
     shares = []
     for start, end, points in found:
         if points < ROUTE_THRESHOLD * found[0][2]:
             break
-        start, end = best_sentence(document.text, start, end, question) or (start, end)
+        start, end = best_sentence(document.text, start, end, ranking.question) or (start, end)
         shares.append((points, [max(0, min(end, b) - max(start, a)) / max(end - start, 1) for a, b in spans]))
     return shares
 
@@ -210,25 +222,20 @@ def part_scores(shares: list[tuple[float, list[float]]], count: int) -> list[flo
     return [sum(points * share[i] for points, share in shares) for i in range(count)]
 
 
-def route(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
-          among: Collection[int] | None = None) -> int:
-    """The index of the part scoring best for the question (part_scores); `current` when it scores as well as any,
-    or nothing matches. among: only these parts may be chosen (the ones ready), the best of them."""
-    return routed(document, parts, question, current=current, among=among)[0]
-
-
-def routed(document: Document, parts: Sequence[tuple[int, int, int]], question: str, *, current: int = 0,
-           among: Collection[int] | None = None) -> tuple[int, int | None]:
-    """route()'s part, and the other part that matches the question too (runner_up), or None."""
+def route(ranking: Ranking, document: Document, parts: Sequence[tuple[int, int, int]], *, current: int = 0,
+          among: Collection[int] | None = None) -> tuple[int, int | None]:
+    """The index of the part scoring best for the question (part_scores; `current` when it scores as well as any, or
+    nothing matches), and the other part that matches it too (also_matching), or None. among: only these parts may
+    be chosen (the ones ready), the best of them. ranking: the question's, over the whole document."""
     if len(parts) < 2:
         return 0, None
-    shares = passage_shares(document, parts, question)
-    chosen = choose(part_scores(shares, len(parts)), current=current, among=among)
-    return chosen, runner_up(shares, chosen)
+    shares = passage_shares(ranking, document, parts)
+    chosen = best_part(part_scores(shares, len(parts)), current=current, among=among)
+    return chosen, also_matching(shares, chosen)
 
 
-def choose(scores: Sequence[float], *, current: int = 0, among: Collection[int] | None = None) -> int:
-    """route() on scores already computed."""
+def best_part(scores: Sequence[float], *, current: int = 0, among: Collection[int] | None = None) -> int:
+    """route()'s choice on scores already computed."""
     allowed = range(len(scores)) if among is None else sorted(among)
     best = max(scores[i] for i in allowed)
     if current in allowed and scores[current] >= best - 1e-9:
@@ -236,7 +243,7 @@ def choose(scores: Sequence[float], *, current: int = 0, among: Collection[int] 
     return next(i for i in allowed if scores[i] == best)
 
 
-def runner_up(shares: list[tuple[float, list[float]]], chosen: int) -> int | None:
+def also_matching(shares: list[tuple[float, list[float]]], chosen: int) -> int | None:
     """Another part that also matches the question with passages the chosen part lacks (their points at least
     ALSO_MATCHES of the chosen part's), the best such, or None. A question asked in words several parts share may
     have its answer there (how often: docs/quality.md, "Long documents")."""
@@ -247,6 +254,17 @@ def runner_up(shares: list[tuple[float, list[float]]], chosen: int) -> int | Non
                  for i in range(len(shares[0][1]))]
     best = max((i for i in range(len(elsewhere)) if i != chosen), key=lambda i: elsewhere[i], default=None)
     return best if best is not None and elsewhere[best] > 0 and elsewhere[best] >= ALSO_MATCHES * own else None
+
+
+def span_of(document: Document, part: Document) -> tuple[int, int]:
+    """[start, end) of a part's text in the whole document's text (select(): a PDF's part starts at its page's text,
+    the newlines before it left out)."""
+    if part.part is None:
+        return 0, len(document.text)
+    start, end = _offsets(document, part.part.first, part.part.last)
+    if document.page_starts:
+        start += len(document.text[start:end]) - len(document.text[start:end].lstrip("\n"))
+    return start, end
 
 
 def _offsets(document: Document, first: int, last: int) -> tuple[int, int]:
@@ -272,6 +290,6 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["choose", "notice", "parse_range", "part_of", "part_scores", "passage_shares", "plan", "planned_parts",
-           "prefill_part", "prefill_parts", "route", "routed", "runner_up", "select", "unit_name", "unit_total",
+__all__ = ["also_matching", "best_part", "notice", "parse_range", "part_of", "part_scores", "passage_shares", "plan",
+           "planned_parts", "prefill_part", "prefill_parts", "route", "select", "span_of", "unit_name", "unit_total",
            "units"]

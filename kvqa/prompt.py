@@ -31,13 +31,9 @@ INSTRUCTIONS = (
     "You answer questions about the document below. Use only the document; if it does not contain the answer, "
     "say so. Answer in the language of the question, briefly."
 )
+# the instructions again after the document: +6 points in both languages (docs/quality.md); worked examples of the
+# answer's form there instead measured worse in both, and are not given
 REMINDER = "Answer each question from the document above, briefly, in the language of the question."
-REMIND_AFTER_DOCUMENT = True  # the instructions again after the document: +6 points in both languages (docs/quality.md)
-EXAMPLES = (  # worked examples of the answer's form, one per language: part of the cached prefix, free per question
-    "For example:\nQuestion: How tall is the tower?\nAnswer: 324 metres.\n"
-    "问题：这座塔建于哪一年？\n回答：1889年。"
-)
-WORKED_EXAMPLES = False  # measured worse in both languages with the default model (docs/quality.md)
 _CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
 
@@ -48,11 +44,8 @@ def today() -> str:
 
 
 def system_text(document: str) -> str:
-    """The system turn: instructions, then the document between tags, then (REMIND_AFTER_DOCUMENT) a reminder."""
-    reminder = f"\n\n{REMINDER}" if REMIND_AFTER_DOCUMENT else ""
-    if WORKED_EXAMPLES:
-        reminder += f"\n\n{EXAMPLES}"
-    return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>{reminder}"
+    """The system turn: instructions, then the document between tags, then the instructions again, briefly."""
+    return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>\n\n{REMINDER}"
 
 
 def in_chinese(question: str) -> bool:

@@ -17,9 +17,11 @@ from collections.abc import Sequence
 
 import torch
 
+from .config import Decoding
 from .model import LoadedModel
 from .prompt import in_chinese
-from .sources import candidates as ranked_candidates
+from .results import Question
+from .timing import now
 
 BM25_WEIGHT = 0.5
 
@@ -69,14 +71,23 @@ def rerank(lm: LoadedModel, passages: Sequence[str], bm25: Sequence[float], ques
     return sorted(range(len(passages)), key=lambda i: (-combined[i], i))
 
 
-def passage_order(lm: LoadedModel, text: str, question: str, candidates: int) -> list[int] | None:
-    """The passages the question's turn quotes and its answer's sources rank first: BM25's best `candidates`
-    reordered by the model (passage indices, best first, as kvqa.sources takes them); None when off (0) or when
-    fewer than two passages match."""
+def passage_order(lm: LoadedModel, question: Question, candidates: int) -> list[int] | None:
+    """The passages the question's turn quotes and its answer's sources rank first: BM25's best `candidates` (of
+    question.passages) reordered by the model (passage numbers, best first, as kvqa.sources takes them); None when off
+    (under 2) or when fewer than two passages match."""
     if candidates < 2:
         return None
-    found = ranked_candidates(text, question, limit=candidates)
+    found = question.passages[:candidates]
     if len(found) < 2:
         return None
-    order = rerank(lm, [t for _, t, _ in found], [score for _, _, score in found], question)
+    order = rerank(lm, [t for _, t, _ in found], [score for _, _, score in found], question.text)
     return [found[i][0] for i in order]
+
+
+def quoted(lm: LoadedModel, question: Question, options: Decoding) -> tuple[list[str], list[int] | None, float]:
+    """What a question's turn quotes: its best options.quote_passages passages (options.rerank_passages of them
+    reordered by the model first, when on), the passage order its sources then follow (None: BM25's), and the seconds
+    choosing them took (counted in the answer's times). Every engine with a model builds a question's turn with it."""
+    started = now(lm.device)
+    order = passage_order(lm, question, options.rerank_passages)
+    return question.quotes(options.quote_passages, order), order, now(lm.device) - started

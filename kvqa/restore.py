@@ -33,8 +33,8 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
                        progress: Callable[[float], None] | None = None,
                        admit: Callable[[int], None] | None = None,
                        restore_if: Callable[[int, int], bool] | None = None) -> PrefilledDocument:
-    """The document's PrefilledDocument, restored from the store (cache_source "disk", prefill_s the time the
-    restore took) or prefilled (cache_source "prefill") and then stored in the background. restore_if(tokens,
+    """The document's PrefilledDocument, restored from the store (origin "disk", prefill_s the time the
+    restore took) or prefilled (origin "prefill") and then stored in the background. restore_if(tokens,
     file_bytes): whether restoring a stored file is worth it here (else the document is read again, its file kept)."""
     prompt, ids = prefix_of(lm, document, config=config)
     if admit is not None:  # once, for either way: the cache is the same size
@@ -94,5 +94,5 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: P
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
         prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
-        max_new_tokens=config.max_new_tokens, cache_source="disk", read_s=stored.read_s,
+        max_new_tokens=config.max_new_tokens, origin="disk", read_s=stored.read_s,
     )

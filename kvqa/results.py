@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,27 @@ from .timing import Timings
 
 if TYPE_CHECKING:
     from .cache import KVCache
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question as an engine receives it (kvqa.ask builds it): its text, the earlier turns it follows up on, and the
+    document's passages that best match it (BM25's, found once per answer), which its turn quotes."""
+
+    text: str
+    history: tuple[tuple[str, str], ...] = ()  # earlier (question, answer) turns, read after the document
+    passages: tuple[tuple[int, str, float], ...] = ()  # (passage number, text, BM25 score), best first
+    max_new_tokens: int | None = None  # the answer's limit; None: the document's (PrefilledDocument.max_new_tokens)
+
+    def quotes(self, n: int, order: Sequence[int] | None = None) -> list[str]:
+        """The first n passages' texts, to quote in the question's turn; with `order` (passage numbers, best first,
+        from a reranker: kvqa.rerank), its first n instead."""
+        if n <= 0:
+            return []
+        if order:
+            texts = {i: text for i, text, _ in self.passages}
+            return [texts[i] for i in order[:n]]
+        return [text for _, text, _ in self.passages[:n]]
 
 
 @dataclass(frozen=True)
@@ -29,6 +50,8 @@ class Answer:
     used_cache: bool
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.support)
+    order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.rerank), best first; None:
+    #                                       BM25's order. The answer's sources follow it
 
 
 def close_events(events: Iterator) -> None:
@@ -113,11 +136,21 @@ class PrefilledDocument:
     model_name: str
     max_question_tokens: int
     max_new_tokens: int
-    cache_source: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
+    origin: str = "prefill"  # how the cache was had: "prefill" (read now), "disk" (restored from the store),
     #                                "memory" (shared with another session); prefill_s is what that took
     read_s: float | None = None  # a restored cache: what reading the document took when it was made (None: unknown)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
+
+    @property
+    def read_line(self) -> str:
+        """How the cache was had, in a line for people (`kvqa ask`)."""
+        size = f"cache {self.cache_bytes / 2**20:,.1f} MiB"
+        if self.origin == "disk":
+            first = f" (first read in {self.read_s:.2f} s)" if self.read_s is not None else ""
+            return f"restored {self.tokens:,} tokens from the store in {self.prefill_s:.2f} s{first}, {size}"
+        rate = f"{self.tokens_per_s:,.0f} tokens/s"
+        return f"\rprefilled {self.tokens:,} tokens in {self.prefill_s:.2f} s ({rate}), {size}"
 
     @property
     def tokens(self) -> int:
@@ -127,7 +160,7 @@ class PrefilledDocument:
     def first_read_s(self) -> float | None:
         """What reading the document took when its cache was made: prefill_s for one read now, the stored time for
         one restored from disk (None when the file did not record it)."""
-        return self.prefill_s if self.cache_source == "prefill" else self.read_s
+        return self.prefill_s if self.origin == "prefill" else self.read_s
 
     @property
     def tokens_per_s(self) -> float:

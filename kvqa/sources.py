@@ -5,9 +5,10 @@ cannot change the cache, and it costs milliseconds. Passages are runs of whole s
 characters that never cross a heading, a file boundary or a PDF page. Words are lower-cased letters and digits
 without stopwords; CJK runs become overlapping character pairs, so Chinese needs no word segmenter.
 
-- evidence(): the passages that best match a question, before any answer exists (quoted in the question's turn).
-- find_sources(): an answer's sources, ranked by the question first, with the answer's words as a second signal, and
-  in each the sentence that matches best (`mark`).
+- rank(): the question scored once against the passages (a Ranking), before any answer exists: its best passages
+  (quoted in the question's turn, and where a long document's question is routed) and, once answered, the answer's
+  sources, ranked by the question first, with the answer's words as a second signal, and in each the sentence that
+  matches best (`mark`). evidence(), quotes() and find_sources() do one of these on a text and a question.
 """
 
 from __future__ import annotations
@@ -120,66 +121,112 @@ def _scores(index: _Index, query: str) -> np.ndarray:
     return index.retriever.get_scores(known) if known else np.zeros(len(index.spans))
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """A question's BM25 scores over a text's passages, computed once (rank): what the question's turn quotes, a long
+    document's routing and the answer's sources all read. within() narrows it to a part of the text without scoring
+    again: the whole document's passages inside the part, clipped to it, with offsets into the part's text."""
+
+    text: str  # the text the spans are offsets into
+    question: str
+    spans: tuple[tuple[int, int], ...]  # its passages
+    scores: np.ndarray  # the question's score of each
+    index: _Index  # the BM25 index the scores came from (the whole document's)
+    rows: tuple[int, ...]  # each span's passage in that index
+
+    def best(self, limit: int = 1) -> list[tuple[int, int, float]]:
+        """(start, end, score) of the `limit` passages that best match the question, best first, trimmed; fewer (or
+        none) when fewer share a word with it."""
+        return [(*_trim(self.text, *self.spans[i]), float(self.scores[i])) for i in _ranked(self.scores)[:limit]]
+
+    def candidates(self, limit: int) -> list[tuple[int, str, float]]:
+        """(passage number, text, score) of the `limit` best passages, best first: what the question's turn quotes
+        and a reranker (kvqa.rerank) reorders, naming passages by their number as `order` does below."""
+        return [(i, self.text[slice(*_trim(self.text, *self.spans[i]))], float(self.scores[i]))
+                for i in _ranked(self.scores)[:limit]]
+
+    def quotes(self, n: int, order: Sequence[int] | None = None) -> list[str]:
+        """The texts of the n passages that best match the question, to quote in its turn; with `order` (passage
+        numbers, best first, from a reranker), its first n instead."""
+        if n <= 0:
+            return []
+        if order:
+            return [self.text[slice(*_trim(self.text, *self.spans[i]))] for i in order[:n]]
+        return [self.text[a:b] for a, b, _ in self.best(n)]
+
+    def sources(self, answer: str, *, pages: bool = False, limit: int = 3,
+                order: Sequence[int] | None = None) -> list[Source]:
+        """The passages an answer relies on, best first: ranked by the question, with the answer's words as a second
+        signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. `order` (passage numbers, best
+        first, from a reranker) reorders the question's ranking: the passages it names take its best scores, in its
+        order. Empty when neither the answer nor the question shares a word with the text."""
+        text = self.text
+        if not text.strip() or not self.spans:
+            return []
+        asked, said = _unit(self.scores), self.scores_for(answer)
+        if order:
+            asked = asked.copy()
+            asked[list(order)] = np.sort(asked[list(order)])[::-1]
+        combined = asked + ANSWER_WEIGHT * _unit(said)
+        ranked = _ranked(combined)
+        if not ranked:
+            return []
+        best = combined[ranked[0]]
+        asked_words, said_words = set(terms(self.question)), set(terms(answer))
+        found = []
+        for i in ranked[:limit]:
+            if combined[i] < 0.5 * best:
+                break
+            start, end = _trim(text, *self.spans[i])
+            found.append(Source(text=text[start:end], start=start, end=end,
+                                page=page_at(text, start) if pages else None, score=round(float(combined[i]), 3),
+                                mark=_best_sentence(text, start, end, asked_words, said_words)))
+        return found
+
+    def scores_for(self, text: str) -> np.ndarray:
+        """Another text's scores over the same passages (an answer's words)."""
+        return _scores(self.index, text)[list(self.rows)] if self.rows else np.zeros(0)
+
+    def within(self, start: int, end: int, text: str) -> Ranking:
+        """The ranking inside self.text[start:end], which is `text`: the passages that overlap it, clipped."""
+        assert self.text[start:end] == text, "the part's text is not where it was said to be"
+        spans, rows = [], []
+        for (a, b), row in zip(self.spans, self.rows):
+            a, b = max(a, start), min(b, end)
+            if b > a and self.text[a:b].strip():
+                spans.append((a - start, b - start))
+                rows.append(row)
+        keep = [self.rows.index(r) for r in rows]
+        return Ranking(text, self.question, tuple(spans), self.scores[keep] if keep else np.zeros(0), self.index,
+                       tuple(rows))
+
+
+def rank(text: str, question: str) -> Ranking:
+    """The question scored against the text's passages: the one BM25 scoring of a question (kvqa.evidence)."""
+    index = _index(text)
+    return Ranking(text, question, tuple(index.spans), _scores(index, question), index, tuple(range(len(index.spans))))
+
+
 def evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int]]:
     """(start, end) of the `limit` passages that best match the question, best first, leading space and page markers
     trimmed; fewer (or none) when fewer share a word with it."""
-    return [(start, end) for start, end, _ in scored_evidence(text, question, limit=limit)]
-
-
-def scored_evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int, float]]:
-    """evidence(), with each passage's BM25 score."""
-    index = _index(text)
-    scores = _scores(index, question)
-    return [(*_trim(text, *index.spans[i]), float(scores[i])) for i in _ranked(scores)[:limit]]
+    return [(start, end) for start, end, _ in rank(text, question).best(limit)]
 
 
 def candidates(text: str, question: str, *, limit: int) -> list[tuple[int, str, float]]:
-    """(passage index, text, BM25 score) of the `limit` passages that best match the question, best first: what a
-    reranker (kvqa.rerank) reorders, naming passages by their index as `order` does below."""
-    index = _index(text)
-    scores = _scores(index, question)
-    return [(i, text[slice(*_trim(text, *index.spans[i]))], float(scores[i])) for i in _ranked(scores)[:limit]]
+    """Ranking.candidates() of the question on the text."""
+    return rank(text, question).candidates(limit)
 
 
 def quotes(text: str, question: str, n: int, order: Sequence[int] | None = None) -> list[str]:
-    """The texts of the n passages that best match the question (evidence), to quote in the question's turn; with
-    `order` (passage indices, best first, from a reranker), its first n instead."""
-    if n <= 0:
-        return []
-    if order:
-        spans = _index(text).spans
-        return [text[slice(*_trim(text, *spans[i]))] for i in order[:n]]
-    return [text[a:b] for a, b in evidence(text, question, limit=n)]
+    """Ranking.quotes() of the question on the text."""
+    return rank(text, question).quotes(n, order)
 
 
 def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3,
                  order: Sequence[int] | None = None) -> list[Source]:
-    """The passages of `text` an answer relies on, best first: ranked by the question, with the answer's words as a
-    second signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. `order` (passage indices,
-    best first, from a reranker) reorders the question's ranking: the passages it names take its best scores, in
-    its order. Empty when neither the answer nor the question shares a word with the document."""
-    if not text.strip():
-        return []
-    index = _index(text)
-    asked, said = _unit(_scores(index, question)), _scores(index, answer)
-    if order:
-        asked = asked.copy()
-        asked[list(order)] = np.sort(asked[list(order)])[::-1]
-    combined = asked + ANSWER_WEIGHT * _unit(said)
-    order = _ranked(combined)
-    if not order:
-        return []
-    best = combined[order[0]]
-    asked_words, said_words = set(terms(question)), set(terms(answer))
-    found = []
-    for i in order[:limit]:
-        if combined[i] < 0.5 * best:
-            break
-        start, end = _trim(text, *index.spans[i])
-        found.append(Source(text=text[start:end], start=start, end=end, page=page_at(text, start) if pages else None,
-                            score=round(float(combined[i]), 3),
-                            mark=_best_sentence(text, start, end, asked_words, said_words)))
-    return found
+    """Ranking.sources() of the question on the text."""
+    return rank(text, question).sources(answer, pages=pages, limit=limit, order=order)
 
 
 def best_sentence(text: str, start: int, end: int, question: str) -> tuple[int, int] | None:

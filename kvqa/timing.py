@@ -1,19 +1,27 @@
-"""Timing that tells the truth: the device is synchronised before the clock is read."""
+"""Timing that tells the truth: the device is synchronised before the clock is read. Also what one answer cost
+(Timings), and what reading a document costs here (ReadCost), fitted from a read's progress to estimate the next."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def sync(device: torch.device) -> None:
-    """Wait for queued GPU work, so a clock read after it includes that work."""
+    """Wait for queued GPU work, so a clock read after it includes that work (torch imported only then: a server
+    engine's answers are timed without it)."""
     if device.type == "cuda":
+        import torch
+
         torch.cuda.synchronize(device)
     elif device.type == "mps":
+        import torch
+
         torch.mps.synchronize()
 
 
@@ -51,6 +59,25 @@ class ReadCost:
                     return cls(a, b)
         n, t = max(points)
         return cls(t / n)
+
+
+MIN_RATE_TOKENS = 256  # a read shorter than this is mostly fixed costs: its rate would not predict a longer one
+
+
+class ReadCosts(dict[str, ReadCost]):
+    """Each model's latest read here (model -> its ReadCost), to say before a read about how long it will take."""
+
+    def learn(self, model: str, tokens: int, ticks: Sequence[tuple[float, float]]) -> None:
+        """Fit the cost of `model`'s read of `tokens` from its progress, ticks of (fraction read, seconds since the
+        read began); a read shorter than MIN_RATE_TOKENS, or without a tick, changes nothing."""
+        cost = ReadCost.fit([(f * tokens, t) for f, t in ticks]) if tokens >= MIN_RATE_TOKENS else None
+        if cost is not None:
+            self[model] = cost
+
+    def estimate(self, model: str, tokens: int) -> float | None:
+        """Seconds that reading `tokens` should take `model`, from its latest read here; None before its first."""
+        cost = self.get(model)
+        return cost.seconds(tokens) if cost is not None else None
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,9 @@ class Reply:
 def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, question: str, *,
                     max_new_tokens: int) -> Reply:
     """Ask one question of a prefilled document: the only place that calls the model."""
-    answer = engine.stream(prefilled, question, max_new_tokens=max_new_tokens).answer
+    from kvqa import ask
+
+    answer = ask(engine, prefilled, question, max_new_tokens=max_new_tokens).answer
     sources = getattr(answer, "sources", None)
     return Reply(
         text=answer.text, token_ids=tuple(answer.token_ids), stop_reason=str(answer.stop_reason),
@@ -367,10 +369,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="--squad: keep questions whose gold answer has at most this many words")
     parser.add_argument("--quote-variants", default=None, metavar="N,M",
                         help="answer every question once per number of quoted passages (same prefill), e.g. 0,1")
-    parser.add_argument("--no-reminder", action="store_true",
-                        help="measure the prompt without the instructions repeated after the document")
-    parser.add_argument("--examples", choices=["on", "off"], default=None,
-                        help="worked examples of an answer after the document's instructions (default: kvqa's)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a kvqa Config setting for this run, e.g. --set quote_passages=0 (repeatable)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -392,10 +390,6 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.no_reminder:
-        kvqa.prompt.REMIND_AFTER_DOCUMENT = False
-    if args.examples:
-        kvqa.prompt.WORKED_EXAMPLES = args.examples == "on"
     texts: dict[str, str] = {}
     if args.squad:
         if len(args.lang) != len(args.squad):
@@ -467,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model,
                     "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens,
-                    "quote_passages": variants, "reminder": kvqa.prompt.REMIND_AFTER_DOCUMENT,
+                    "quote_passages": variants,
                     "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
         print(json.dumps({"settings": settings, "documents": documents, "rows": rows, "summary": result},

@@ -4,7 +4,7 @@ Long documents are built from a public set in SQuAD's JSON layout (consecutive a
 until a document has --min-tokens); each is cut into parts as kvqa cuts it for the model's context
 (kvqa.parts.units/plan with the default model's tokenizer), and every question whose gold answer lies in the
 document is routed with kvqa.parts.route. A question is routed right when the chosen part holds the gold answer's
-position. When another part matches the question too (kvqa.parts.runner_up), the answer names it; how often, and
+position. When another part matches the question too (kvqa.parts.also_matching), the answer names it; how often, and
 how often the part routed to or the one named holds the answer, is printed too. No model runs: only the tokenizer.
 
     .venv/bin/python scripts/routing.py --squad 200423_covidQA.json --lang en
@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kvqa.config import Config  # noqa: E402
 from kvqa.documents import document_from_text  # noqa: E402
-from kvqa.parts import choose, part_scores, passage_shares, plan, runner_up, span_text, units  # noqa: E402
+from kvqa.parts import also_matching, best_part, part_scores, passage_shares, plan, span_text, units  # noqa: E402
 from kvqa.prompt import system_text  # noqa: E402
+from kvqa.sources import rank  # noqa: E402
 
 
 def gold_offset(context: str, gold: str, labelled: int) -> int:
@@ -106,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         parts = plan(spans, [count(span_text(document, s)) for s in spans], room)
         right = named = covered = 0
         for question, at, _ in asked:
-            shares = passage_shares(document, parts, question)
-            chosen = choose(part_scores(shares, len(parts)))
-            also = runner_up(shares, chosen)  # the other part the answer names, if any
+            shares = passage_shares(rank(document.text, question), document, parts)
+            chosen = best_part(part_scores(shares, len(parts)))
+            also = also_matching(shares, chosen)  # the other part the answer names, if any
             holds = {i for i, (first, last, _) in enumerate(parts) if first <= at + 1 <= last}
             right += chosen in holds
             named += also is not None

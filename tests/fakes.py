@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+from kvqa.config import Decoding
 from kvqa.documents import Document
 from kvqa.engines.base import EngineInfo
 from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message
-from kvqa.results import Answer, AnswerStream, PrefilledDocument, ServerPrefix
-from kvqa.sources import find_sources
+from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
 from kvqa.timing import Timings
 
 BYTES_PER_TOKEN = 1024
@@ -22,14 +22,16 @@ class FakeEngine:
 
     kind = "fake"
     OVERHEAD = 10  # the prompt around the document, in tokens
+    options = Decoding()  # the default settings: a question is handed its best passage to quote
 
     def __init__(self, context_tokens: int = 8192, *, keeps_caches: bool = False, chunks: int = 1,
                  on_chunk: Callable[[Document, int], None] | None = None, model: str = "fake"):
         self.model = model  # the name info gives (a preset's, to see what the app says of that model)
+        self.asked: list[Question] = []  # every question as it reached the engine, in order
         self.prefills = 0
         self.context_tokens = context_tokens
         self.read: list[Document] = []  # every document (or part) read, in order, whole or not
-        self.keeps_caches = keeps_caches  # a "store": a text read once comes back restored (cache_source "disk")
+        self.keeps_caches = keeps_caches  # a "store": a text read once comes back restored (origin "disk")
         self.stored: set[str] = set()
         self.chunks = chunks  # progress calls per read
         self.on_chunk = on_chunk  # called before each of them: tests hold a read there, or act mid-read
@@ -70,28 +72,25 @@ class FakeEngine:
         return PrefilledDocument(document=document, prompt=None, ids=(), cache=ServerPrefix("", tokens),
                                  cache_bytes=BYTES_PER_TOKEN * tokens, prefill_s=0.01, model_name="fake",
                                  max_question_tokens=512, max_new_tokens=64,
-                                 cache_source="disk" if restored else "prefill")
+                                 origin="disk" if restored else "prefill")
 
-    def _answer(self, question: str, used_cache: bool, document: Document) -> Iterator[str | Answer]:
-        words = question.split()[:3]
+    def _answer(self, question: Question, used_cache: bool) -> Iterator[str | Answer]:
+        self.asked.append(question)
+        words = question.text.split()[:3]
         for word in words:
             yield word + " "
-        timings = Timings(question_tokens=len(question.split()), new_tokens=len(words), ttft_s=0.001,
+        timings = Timings(question_tokens=len(question.text.split()), new_tokens=len(words), ttft_s=0.001,
                           answer_s=0.002)
-        text = " ".join(words) + " "
-        sources = find_sources(document.text, text, question, pages=document.pages is not None)  # the real ranking
-        yield Answer(question=question, text=text, token_ids=tuple(range(len(words))), timings=timings,
-                     stop_reason="eos", used_cache=used_cache, sources=tuple(sources))
+        yield Answer(question=question.text, text=" ".join(words) + " ", token_ids=tuple(range(len(words))),
+                     timings=timings, stop_reason="eos", used_cache=used_cache)
 
-    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None,
-               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return AnswerStream(self._answer(question, True, doc.document))
+    def stream(self, doc: PrefilledDocument, question: Question, *,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return AnswerStream(self._answer(question, True))
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt=None,
-                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
-                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return AnswerStream(self._answer(question, False, document))
+    def stream_without_cache(self, document: Document, question: Question, *, prompt=None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return AnswerStream(self._answer(question, False))
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         return len(history)

@@ -9,6 +9,7 @@ from gradio_client import Client
 
 import app
 from conftest import as_upload
+from kvqa.ui.answers import chat_messages
 
 DOC_A = "The secret word is pelican. The museum opens at 9 am on weekdays."
 DOC_B = "The capital of Zorbia is Quentin. Zorbia's river is called the Lune."
@@ -96,7 +97,7 @@ def test_baseline_switch_measures_the_speedup(session):
 def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(session, tmp_path):
     drain(UI.on_ask("What is the secret word?", session, False))
     before = (session.document, session.prefilled, list(session.turns))
-    chat = app.chat_messages(session)
+    chat = chat_messages(session)
     bad = tmp_path / "bad.pdf"
     bad.write_bytes(b"not a pdf at all")
     for action, message in ((lambda: UI.on_upload(as_upload(bad), session), "not a PDF"),
@@ -233,6 +234,20 @@ def test_every_fixed_text_is_shown_through_i18n_in_both_languages():
     used = {key for fixed in UI._fixed.values() for key in fixed.values()}
     assert used <= texts["zh"].keys() and {"ui.ask", "ui.upload", "ui.limits", "ui.latency"} <= used
     assert "768" in texts["zh"]["ui.limits"] and "个 token" in texts["zh"]["ui.limits"]  # filled in for this app
+
+
+def test_the_upload_box_offers_exactly_the_files_kvqa_reads():
+    """The upload box's file types are kvqa.documents' list, not a copy of it (issue 35: the page offered .pdf, .txt
+    and .md while .markdown and .text were read too)."""
+    from fakes import FakeEngine
+    from kvqa.budget import CacheBudget
+    from kvqa.config import Config
+    from kvqa.documents import SUPPORTED_SUFFIXES
+
+    page = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30)).build()
+    upload = next(block for block in page.blocks.values() if getattr(block, "elem_id", None) == "upload")
+    assert sorted(upload.file_types) == sorted(SUPPORTED_SUFFIXES)
+    assert {".pdf", ".txt", ".md", ".markdown", ".text"} <= set(upload.file_types)
 
 
 def test_a_chinese_document_answered_in_chinese(default_lm):

@@ -13,6 +13,7 @@ from fakes import FakeEngine
 from kvqa import KvqaError, document_from_text
 from kvqa.budget import CacheBudget
 from kvqa.config import Config
+from kvqa.limits import client_of
 
 
 def request(host: str, forwarded: str | None = None) -> gr.Request:
@@ -40,7 +41,7 @@ def read(kvqa_app, req, text="A short document about ferries and bridges.") -> o
     (True, "10.0.0.1", None, "10.0.0.1"),
 ])
 def test_who_the_client_is(behind_proxy, host, forwarded, client):
-    assert app_module.client_of(request(host, forwarded), behind_proxy=behind_proxy) == client
+    assert client_of(request(host, forwarded), behind_proxy=behind_proxy) == client
     assert read(make(behind_proxy), request(host, forwarded)).client == client
 
 

@@ -41,7 +41,7 @@ def test_drafted_answers_are_the_plain_answers(lm):
     steps = drafted = 0
     for question in QUESTIONS:
         plain = kvqa.answer(lm, doc, question)
-        fast = kvqa.answer(lm, doc, question, draft=6)
+        fast = kvqa.answer(lm, doc, question, draft_tokens=6)
         assert fast.token_ids == plain.token_ids and fast.stop_reason == plain.stop_reason, question
         assert plain.timings.drafted_tokens == 0 and fast.timings.decode_steps <= plain.timings.decode_steps
         steps, drafted = steps + fast.timings.decode_steps, drafted + fast.timings.drafted_tokens
@@ -60,8 +60,8 @@ def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(de
     changed = 0
     for question in QUESTIONS:
         plain = kvqa.answer(default_lm, doc, question)
-        penalised = kvqa.answer(default_lm, doc, question, penalty=1.3)
-        drafted = kvqa.answer(default_lm, doc, question, penalty=1.3, draft=6)
+        penalised = kvqa.answer(default_lm, doc, question, repetition_penalty=1.3)
+        drafted = kvqa.answer(default_lm, doc, question, repetition_penalty=1.3, draft_tokens=6)
         assert drafted.token_ids == penalised.token_ids, question  # guesses are judged with the penalty too
         changed += penalised.token_ids != plain.token_ids
         assert doc.cache.length == doc.tokens
@@ -70,7 +70,7 @@ def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(de
 
 def test_sampling_does_not_draft(tiny_lm):
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=16))
-    a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3, draft=6)
+    a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3, draft_tokens=6)
     b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3)
     assert a.token_ids == b.token_ids and a.timings.drafted_tokens == 0
 
@@ -78,7 +78,7 @@ def test_sampling_does_not_draft(tiny_lm):
 def test_stop_ends_a_drafted_answer_within_a_step(default_lm):
     doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=64))
     stop = []
-    pieces = kvqa.stream(default_lm, doc, "Repeat the first sentence of the document.", draft=6,
+    pieces = kvqa.stream(default_lm, doc, "Repeat the first sentence of the document.", draft_tokens=6,
                          should_stop=lambda: bool(stop))
     first = next(pieces)
     taken = len(default_lm.tokenizer(first, add_special_tokens=False)["input_ids"])
@@ -110,7 +110,7 @@ def test_a_guess_the_model_rejects_is_counted_and_leaves_no_trace(lm, monkeypatc
         self.context_length = len(context)
 
     monkeypatch.setattr(Drafter, "__init__", init)
-    fast = kvqa.answer(lm, doc, question, draft=6)
+    fast = kvqa.answer(lm, doc, question, draft_tokens=6)
     assert fast.token_ids == plain
     assert fast.timings.rejected_tokens >= 1 and fast.timings.drafted_tokens >= 2
     for (k, v), (k0, v0) in zip(doc.cache.tensors(), before):

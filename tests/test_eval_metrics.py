@@ -144,8 +144,11 @@ def fake_answer(sources):
     ([SimpleNamespace(text="in 1995", page=1), SimpleNamespace(text="in 1994", page=2)], False),
 ])
 def test_answer_question_and_sources(monkeypatch, sources, expected):
-    engine = SimpleNamespace(stream=lambda doc, question, **options: SimpleNamespace(answer=fake_answer(sources)))
-    reply = evaluate.answer_question(engine, None, "When?", max_new_tokens=8)
+    import kvqa
+
+    monkeypatch.setattr(kvqa, "ask", lambda engine, doc, question, **options: SimpleNamespace(
+        answer=fake_answer(sources)))  # the question's one way, faked: it calls the model
+    reply = evaluate.answer_question(None, None, "When?", max_new_tokens=8)
     row = evaluate.score(evaluate.Question(doc="d.md", question="When?", facts=["1994"], page=None), reply)
     assert row["correct"] and not row["looping"] and row["new_tokens"] == 3 and row["seconds"] == 0.5
     assert row["source_correct"] is expected

@@ -10,6 +10,7 @@ import pytest
 
 import kvqa
 import kvqa.generate as generate
+from kvqa.ask import ask, ask_without_cache
 from kvqa.documents import combine, document_from_text
 from kvqa.prompt import question_turn
 from kvqa.sources import evidence, find_sources, passages, quotes
@@ -88,11 +89,11 @@ def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm)
     doc = engine.prefill(document)
     before = doc.cache.length
     for question in ("Who designed the Seven Arches Bridge?", "On which day is the market held?"):
-        cached = engine.stream(doc, question).answer
-        whole = engine.stream_without_cache(document, question, prompt=doc.prompt).answer
+        cached = ask(engine, doc, question).answer
+        whole = ask_without_cache(engine, document, question, prompt=doc.prompt).answer
         assert cached.token_ids == whole.token_ids and cached.question == question
         unquoted = kvqa.LocalEngine(kvqa.Config(max_new_tokens=12, quote_passages=0), lm=tiny_lm)
-        assert cached.timings.question_tokens > unquoted.stream(doc, question).answer.timings.question_tokens
+        assert cached.timings.question_tokens > ask(unquoted, doc, question).answer.timings.question_tokens
         assert doc.cache.length == before
 
 
@@ -118,7 +119,7 @@ def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
     script = iter(ids)
     monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))
-    answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft=0)
+    answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft_tokens=0)
     assert answer.stop_reason == "length" and len(answer.token_ids) == cut
     assert answer.text and not answer.text.endswith("\ufffd") and "答案是茶".startswith(answer.text)
 
@@ -143,7 +144,7 @@ def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
     script = itertools.chain(said, itertools.repeat(next(iter(tiny_lm.eos_ids))))
     monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config(max_new_tokens=16))
-    answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft=0)
+    answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft_tokens=0)
     assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)
 
 
@@ -152,14 +153,14 @@ def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
 @pytest.mark.parametrize("lang, heading, warning", [("en", "From the document, page 3:", "Not found in the document"),
                                                     ("zh", "文档原文，第 3 页：", "文档中找不到")])
 def test_the_first_source_is_shown_with_its_sentence_marked_and_the_rest_folded(lang, heading, warning):
-    import app
+    from kvqa.ui.answers import sources_block
 
     found = find_sources(HISTORY, "The engineer Hester Pryce.", "Who designed the Seven Arches Bridge?")
     sources = [kvqa.sources.Source(**{**s.__dict__, "page": 3}) for s in found]
-    block = app.sources_block(sources, lang, ("Farrar",))
+    block = sources_block(sources, lang, ("Farrar",))
     shown, folded = block.split("<details", 1)
     assert heading in shown and "<mark>It was designed by the engineer Hester Pryce" in shown
     assert warning in shown and "Farrar" in shown
     assert folded.count("<li>") == len(sources)
-    assert app.sources_block((), lang) == ""
-    assert "<mark>" not in app.sources_block((), lang, ())
+    assert sources_block((), lang) == ""
+    assert "<mark>" not in sources_block((), lang, ())

@@ -40,7 +40,7 @@ def test_cached_answers_equal_whole_prompt_answers(lm, draft):
     doc = kvqa.prefill(lm, document, config=config)
     before = snapshot(doc)
     for question in QUESTIONS:
-        cached = kvqa.answer(lm, doc, question, draft=draft)
+        cached = kvqa.answer(lm, doc, question, draft_tokens=draft)
         whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt)  # never drafts
         assert cached.token_ids == whole.token_ids, question
         assert cached.text == whole.text
@@ -62,9 +62,9 @@ def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_th
     before = snapshot(doc)
     assert doc.cache.tensors()[0][0].dtype == lm.dtype != torch.float32
     for question in QUESTIONS:
-        cached = kvqa.answer(lm, doc, question, draft=draft)
+        cached = kvqa.answer(lm, doc, question, draft_tokens=draft)
         again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
-                                          same_schedule=True, draft=draft)
+                                          same_schedule=True, draft_tokens=draft)
         assert cached.token_ids == again.token_ids and cached.text == again.text, question
         assert_unchanged(doc, before)
     ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS[0])

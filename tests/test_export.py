@@ -43,7 +43,7 @@ def test_the_export_has_every_question_with_its_sources_and_round_trips():
     _, session = app_with(pdf_like(), ["When does the harbour ferry leave?", "渡轮票价是多少？"])
     conversation = session_dict(session)
     assert set(conversation) == CLI_KEYS and all(set(a) == ANSWER_KEYS for a in conversation["answers"])
-    assert conversation["document"] == {"name": "港口 guide.pdf", "pages": 3, "chars": len(session.source.text)}
+    assert conversation["document"] == {"name": "港口 guide.pdf", "pages": 3, "chars": len(session.whole.text)}
     first, second = conversation["answers"]
     assert first["question"] == "When does the harbour ferry leave?" and first["sources"][0]["page"] == 1
     assert second["sources"][0]["page"] == 2 and "票价" in second["sources"][0]["text"]
@@ -66,7 +66,7 @@ def test_a_long_document_exports_its_parts_and_where_each_answer_came_from():
                        for n, topic in enumerate(["lighthouse", "ferry", "orchard", "viaduct", "comet"]))
     _, session = app_with(document_from_text(text, name="long.txt"), ["What about the comet?"], context_tokens=110)
     conversation = session_dict(session)
-    assert len(conversation["parts"]) > 1 and conversation["parts"][-1]["last"] == len(session.source.text)
+    assert len(conversation["parts"]) > 1 and conversation["parts"][-1]["last"] == len(session.whole.text)
     part = conversation["answers"][0]["part"]
     assert part["unit"] == "characters" and "comet" in text[part["first"] - 1: part["last"]]
     assert f"from characters {part['first']:,}-{part['last']:,}" in to_markdown(conversation)

@@ -12,10 +12,12 @@ import pytest
 import torch
 
 import kvqa
+from kvqa.ask import ask
 from kvqa.generate import line_end_tokens
 from kvqa.offline import GEMMA3, model_dir
 from kvqa.rerank import passage_order
-from kvqa.sources import quotes
+from kvqa.results import Question
+from kvqa.sources import candidates, quotes
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ((ROOT / "assets" / "declaration-of-independence.md").read_text() + "\n\n"
@@ -25,6 +27,11 @@ NEW_TOKENS = 32
 QUESTIONS = ["What rights are unalienable?", "Who is the history of repeated injuries about?", "合作社在哪里？"]
 CONVERSATION = ["What do governments derive their powers from?", "What may the people do when a government becomes "
                 "destructive of these ends?", "Who wrote the declaration?", "What did he refuse his assent to?"]
+
+
+def asked(question: str) -> Question:
+    """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
+    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
 def completion_text(document: str, turns: list[tuple[str, str]], question: str, passage: str) -> str:
@@ -67,13 +74,13 @@ def reference(stock, lm, text: str) -> tuple[int, ...]:
 
 
 def best_passage(engine, question: str) -> str:
-    return quotes(DOCUMENT, question, 1, passage_order(engine.lm, DOCUMENT, question, 0))[0]
+    return quotes(DOCUMENT, question, 1, passage_order(engine.lm, asked(question), 0))[0]
 
 
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_cached_answers_equal_transformers_generate(stock, engine_and_doc, question):
     engine, doc = engine_and_doc
-    answer = engine.stream(doc, question).answer
+    answer = ask(engine, doc, question).answer
     expected = reference(stock, engine.lm, completion_text(DOCUMENT, [], question, best_passage(engine, question)))
     assert len(expected) >= 3
     assert answer.token_ids == expected, (answer.text, engine.lm.tokenizer.decode(expected))
@@ -85,7 +92,7 @@ def test_a_four_turn_conversation_equals_transformers_generate(stock, engine_and
     engine, doc = engine_and_doc
     history: list[tuple[str, str]] = []
     for question in CONVERSATION:
-        answer = engine.stream(doc, question, history=history).answer
+        answer = ask(engine, doc, question, history=history).answer
         text = completion_text(DOCUMENT, history, question, best_passage(engine, question))
         assert answer.token_ids == reference(stock, engine.lm, text), (question, answer.text)
         history.append((question, answer.text))

@@ -12,6 +12,7 @@ from kvqa.config import Config
 from kvqa.documents import document_from_text
 from kvqa.session import Session, speedup
 from kvqa.timing import ReadCost
+from kvqa.ui.latency import latency_summary, latency_table
 
 DOC = document_from_text("A short document about ferries, bridges and the harbour's opening hours.")
 
@@ -25,7 +26,7 @@ class RestoringEngine(FakeEngine):
 
     def prefill(self, document, **kwargs):
         doc = super().prefill(document, **kwargs)
-        return replace(doc, cache_source="disk", prefill_s=0.05, read_s=self.read_s)
+        return replace(doc, origin="disk", prefill_s=0.05, read_s=self.read_s)
 
 
 def asked(engine: FakeEngine) -> Session:
@@ -37,7 +38,7 @@ def asked(engine: FakeEngine) -> Session:
 
 def test_the_first_read_time_is_the_prefill_or_the_stored_one():
     read_now = FakeEngine().prefill(DOC)
-    assert read_now.cache_source == "prefill" and read_now.first_read_s == read_now.prefill_s
+    assert read_now.origin == "prefill" and read_now.first_read_s == read_now.prefill_s
     assert RestoringEngine(12.5).prefill(DOC).first_read_s == 12.5
     assert RestoringEngine(None).prefill(DOC).first_read_s is None  # a file that did not record it
 
@@ -49,18 +50,18 @@ def test_a_restored_cache_estimates_from_its_first_read_not_its_restore():
     factor, measured = speedup(turn, session.prefilled.first_read_s)
     assert not measured and abs(factor - (20.0 + ttft) / ttft) < 1e-9
     restore_based = (0.05 + ttft) / ttft
-    summary = app_module.latency_summary(session)
+    summary = latency_summary(session)
     assert f"{factor:.1f}x" in summary and f"{restore_based:.1f}x" not in summary
     assert "restored from disk: 0.05 s" in summary  # the restore's own time, said separately
-    assert app_module.latency_table(session)["data"][0][-1] == f"{factor:.1f}x (estimated)"
+    assert latency_table(session)["data"][0][-1] == f"{factor:.1f}x (estimated)"
 
 
 def test_an_unknown_first_read_is_not_estimated():
     session = asked(RestoringEngine(read_s=None))
     assert speedup(session.turns[0], None) == (0.0, False)
-    assert "not estimated" in app_module.latency_summary(session)
-    assert "不用缓存" in app_module.latency_summary(session, "zh")
-    assert app_module.latency_table(session)["data"][0][-1] == ""
+    assert "not estimated" in latency_summary(session)
+    assert "不用缓存" in latency_summary(session, "zh")
+    assert latency_table(session)["data"][0][-1] == ""
 
 
 def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
@@ -81,7 +82,7 @@ def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
     session, _ = kvqa_app.read(second, session, None, progress)
     assert f"1,200 tokens: about {cost.seconds(1200):.1f} s (from this model's last read here)" in said[-1]
     assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in kvqa_app.status_markdown(session)
-    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in app_module.latency_summary(
+    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in latency_summary(
         session, estimate=kvqa_app.estimates[session])
     assert f"读取前估计 {cost.seconds(1200):.1f} 秒" in kvqa_app.status_markdown(session, "zh")
 

@@ -161,9 +161,9 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     history = [("When does the museum open?", first.text)]
     whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,  # quoting as the
                                       prompt=session.prefilled.prompt, history=history,  # engine does
-                                      quote=config.quote_passages, rerank=config.rerank_passages)
+                                      quote_passages=config.quote_passages, rerank_passages=config.rerank_passages)
     assert second.token_ids == whole.token_ids and session.turns[-1].follows == 1
-    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?", quote=config.quote_passages)
+    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?", quote_passages=config.quote_passages)
     assert alone.timings.question_tokens < second.timings.question_tokens  # the follow-up read the first turn
     assert session.prefilled.cache.length == session.prefilled.tokens
     for (k, v), (k0, v0) in zip(session.prefilled.cache.tensors(), before):  # never written into the document's part
@@ -196,7 +196,7 @@ def test_a_long_conversation_keeps_the_latest_turns_that_fit(template, tiny_lm, 
         earlier = [(t.question, t.answer) for t in session.turns[:-1]]
         history = earlier[len(earlier) - kept:] if kept else []
         whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=session.prefilled.prompt,
-                                          history=history, quote=0)
+                                          history=history, quote_passages=0)
         assert answer.token_ids == whole.token_ids, n
         prompt = session.prefilled.prompt
         if kept < len(earlier):  # one more turn would not fit in the room
@@ -243,10 +243,10 @@ def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
     switched = shown[ui.state]
     try:
         assert switched is not session and switched.engine is ui._engines["tiny-llama"]
-        assert switched.source.text == session.source.text and switched.prefilled.model_name == "tiny-llama"
+        assert switched.whole.text == session.whole.text and switched.prefilled.model_name == "tiny-llama"
         assert session.prefilled is None  # the old session's cache is freed
         assert "tiny-llama" in shown[ui.promise_box]
-        assert switched in ui._sessions["local"]  # opened through new_session: per-client limits count it
+        assert switched in ui.clients.of("local")  # opened through new_session: per-client limits count it
         with pytest.warns(UserWarning, match="not offered here"):
             assert ui.on_model("some/other-model", switched) == {}
     finally:

@@ -13,12 +13,14 @@ import torch
 
 import kvqa
 from conftest import FIXTURES
+from kvqa.ask import ask
 from kvqa.messages import render
 from kvqa.model import prepare
 from kvqa.presets import PRESETS, Preset, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.rerank import passage_order
-from kvqa.sources import quotes
+from kvqa.results import Question
+from kvqa.sources import candidates, quotes
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
                       "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711,
@@ -26,6 +28,11 @@ PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5
 ARCHITECTURES = (*PRESETS, Preset("google/gemma-3-4b-it", "gemma-3-4b", "the language model of Gemma 3 4B-it"))
 DOCUMENT = ("The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. Use 60 grams of coffee "
             "per litre and wait four minutes before pressing. ") * 6
+
+
+def asked(question: str) -> Question:
+    """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
+    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
 def test_parameters_are_counted_from_the_architecture():
@@ -92,10 +99,10 @@ def test_each_preset_answers_from_its_cache_as_transformers_generate_does(preset
     engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=10, repeat_stop=0, quote_passages=1), lm=lm)
     doc = engine.prefill(kvqa.document_from_text(DOCUMENT))
     for question in ("How much does it hold?", "它能装多少？"):
-        answer = engine.stream(doc, question).answer
+        answer = ask(engine, doc, question).answer
         messages = [{"role": "system", "content": system_text(DOCUMENT)},
                     {"role": "user", "content": question_turn(question, quotes(
-                        DOCUMENT, question, 1, passage_order(lm, DOCUMENT, question, engine.config.rerank_passages)))}]
+                        DOCUMENT, question, 1, passage_order(lm, asked(question), engine.config.rerank_passages)))}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              date_string=doc.prompt.date_string, enable_thinking=False)
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]

@@ -45,7 +45,7 @@ def test_every_part_is_read_once_and_a_routed_question_restores_its_part():
     assert ready[-1] == (parts, parts) and [d for d, _ in ready] == sorted(d for d, _ in ready)
     assert "read ahead" in " ".join(str(m) for m in session.part_reads.values())
     session.ask(f"What is said about the {TOPICS[7].split()[1]}?").answer  # noqa: B018 - runs the answer
-    assert "Section 7 is about" in session.document.text and session.prefilled.cache_source == "disk"
+    assert "Section 7 is about" in session.document.text and session.prefilled.origin == "disk"
     assert len(engine.read) == parts  # restored, not read again
     assert session.read_ahead() == 0  # nothing left to read
 
@@ -148,13 +148,13 @@ def test_the_app_reads_ahead_after_loading_and_the_status_follows(lang):
     assert (f"parts ready: **1 of {parts}**; the others are being read" if lang == "en"
             else f"已就绪的部分：**1/{parts}**；其余部分正在后台读取") in status
     go.set()
-    assert wait_until(lambda: session not in kvqa_app.reading_ahead)
+    assert wait_until(lambda: session not in kvqa_app.read_ahead_running)
     done = kvqa_app.on_tick(session, lang)
     assert done[kvqa_app.ahead_timer].active is False
     assert (f"parts ready: **all {parts}**" if lang == "en" else f"全部 {parts} 个") in done[kvqa_app.status]
     quiet = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
     alone, _ = quiet.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
-    assert alone not in quiet.reading_ahead  # no store: parts are read when a question needs them
+    assert alone not in quiet.read_ahead_running  # no store: parts are read when a question needs them
     assert "the others are read when a question needs them" in quiet.status_markdown(alone)
 
 
@@ -175,9 +175,9 @@ def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_re
     assert len(engine.store.entries()) == len(session.parts)  # every part in the store
     question = "Which section names the codeword marigold13?"
     answer = session.ask(question).answer
-    assert session.part_index == len(session.parts) - 1 and session.prefilled.cache_source == "disk"
+    assert session.part_index == len(session.parts) - 1 and session.prefilled.origin == "disk"
     fresh = kvqa.LocalEngine(config, lm=tiny_lm).prefill(session.document)  # the same part, read now
-    assert kvqa.answer(tiny_lm, fresh, question, quote=1).token_ids == answer.token_ids
+    assert kvqa.answer(tiny_lm, fresh, question, quote_passages=1).token_ids == answer.token_ids
 
 
 def test_a_reader_who_will_not_wait_is_answered_from_the_best_part_ready():

@@ -10,10 +10,12 @@ import pytest
 import torch
 
 import kvqa
+from kvqa.ask import ask
 from kvqa.model import default_model_dir
 from kvqa.prompt import question_turn, system_text
 from kvqa.rerank import passage_order
-from kvqa.sources import quotes
+from kvqa.results import Question
+from kvqa.sources import candidates, quotes
 
 NEW_TOKENS = 32
 DOCUMENT = "\n\n".join([
@@ -39,6 +41,11 @@ FOLLOW_UPS = ["How do I clean the filter?", "Is the frame dishwasher safe?", "An
 
 
 @pytest.fixture(scope="module")
+def asked(question: str) -> Question:
+    """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
+    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
+
+
 def stock():
     """The default model as transformers loads it, with nothing of kvqa's applied: float32, stock SDPA attention."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -63,7 +70,7 @@ def reference(stock, messages: list[dict]) -> tuple[int, ...]:
 
 def kvqa_order(engine, question: str):
     """The passages kvqa's engine ranks first for the question (its model reorders BM25's best): what it quotes."""
-    return passage_order(engine.lm, DOCUMENT, question, engine.config.rerank_passages)
+    return passage_order(engine.lm, asked(question), engine.config.rerank_passages)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +86,7 @@ def engine_and_doc(default_lm):
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_cached_answers_equal_transformers_generate_with_stock_attention(stock, engine_and_doc, question):
     engine, doc = engine_and_doc
-    answer = engine.stream(doc, question).answer
+    answer = ask(engine, doc, question).answer
     turn = question_turn(question, quotes(DOCUMENT, question, 1, kvqa_order(engine, question)))
     expected = reference(stock, [{"role": "system", "content": system_text(DOCUMENT)},
                                  {"role": "user", "content": turn}])
@@ -93,7 +100,7 @@ def test_a_three_turn_follow_up_equals_transformers_generate(stock, engine_and_d
     history: list[tuple[str, str]] = []
     messages = [{"role": "system", "content": system_text(DOCUMENT)}]
     for question in FOLLOW_UPS:
-        answer = engine.stream(doc, question, history=history).answer
+        answer = ask(engine, doc, question, history=history).answer
         turn = question_turn(question, quotes(DOCUMENT, question, 1, kvqa_order(engine, question)))
         assert answer.token_ids == reference(stock, [*messages, {"role": "user", "content": turn}]), question
         messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]

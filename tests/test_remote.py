@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from kvqa import document_from_text
+from kvqa.ask import ask, ask_without_cache
 from kvqa.config import Config, config_from_env
 from kvqa.engines import make_engine, remote_status
 from kvqa.engines.remote import RemoteEngine
@@ -144,7 +145,7 @@ def test_answers_stream_and_the_second_question_comes_from_the_servers_prefix_ca
 
     answers = []
     for question in ("What rights are unalienable?", "Who is the history of repeated injuries about?"):
-        with engine.stream(doc, question) as stream:
+        with ask(engine, doc, question) as stream:
             pieces = list(stream)
             answer = stream.answer
         assert len(pieces) > 3 and "".join(pieces) == answer.text and answer.text.strip()  # it streamed
@@ -158,7 +159,7 @@ def test_answers_stream_and_the_second_question_comes_from_the_servers_prefix_ca
         answers.append(answer)
     assert "rights" in answers[0].text.lower()
 
-    baseline = engine.stream_without_cache(doc.document, "What rights are unalienable?").answer
+    baseline = ask_without_cache(engine, doc.document, "What rights are unalienable?").answer
     assert baseline.timings.cached_tokens == 0 and not baseline.used_cache  # the server read it all again
     assert baseline.timings.ttft_s > 2 * answers[0].timings.ttft_s, (baseline.timings, answers[0].timings)
 
@@ -167,7 +168,7 @@ def test_stop_closes_the_stream_and_the_server_aborts(server):
     engine = engine_for(server.url, max_new_tokens=256)
     doc = engine.prefill(document_from_text(DOCUMENT, name="sample"))
     seen = []
-    stream = engine.stream(doc, "Repeat the whole document word for word.", should_stop=lambda: len(seen) >= 3)
+    stream = ask(engine, doc, "Repeat the whole document word for word.", should_stop=lambda: len(seen) >= 3)
     for piece in stream:
         seen.append(piece)
     answer = stream.answer
@@ -177,7 +178,7 @@ def test_stop_closes_the_stream_and_the_server_aborts(server):
     while any(s["is_processing"] for s in httpx.get(f"http://127.0.0.1:{server.port}/slots").json()):
         assert time.monotonic() < deadline, "the server kept generating after Stop"
         time.sleep(0.05)
-    with engine.stream(doc, "What rights are unalienable?") as again:  # and it answers the next question
+    with ask(engine, doc, "What rights are unalienable?") as again:  # and it answers the next question
         assert again.answer.text.strip()
 
 
@@ -373,8 +374,8 @@ def test_a_browser_sees_answers_and_the_servers_cache_figures(remote_app):
 
 
 def test_each_answer_says_what_came_from_the_servers_cache_or_that_the_server_did_not_say():
-    from app import latency_line
     from kvqa.timing import Timings
+    from kvqa.ui.answers import latency_line
 
     base = dict(question_tokens=15, new_tokens=8, ttft_s=0.1, answer_s=0.5)
     assert "650 of 665 prompt tokens from the server's prefix cache" in latency_line(

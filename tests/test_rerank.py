@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import kvqa
-import kvqa.generate as generate
 import kvqa.rerank as rerank
+from kvqa.ask import ask, ask_without_cache
 from kvqa.documents import document_from_text
+from kvqa.results import Question
 from kvqa.sources import candidates, find_sources, quotes
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
@@ -21,6 +22,11 @@ HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded i
            "## The market\n\nThe market by the bridge has been held on Thursdays since 1302. Cheese and wool were sold "
            "there; today it sells mostly vegetables.")
 QUESTION = "When was the bridge completed?"
+
+
+def asked(question: str) -> Question:
+    """The question as an engine gets it: with BM25's best five passages of HISTORY."""
+    return Question(question, passages=tuple(candidates(HISTORY, question, limit=5)))
 
 
 def test_the_quote_and_the_first_source_follow_the_given_order():
@@ -42,8 +48,8 @@ def test_the_model_and_bm25_are_added(monkeypatch):
 
 def test_off_or_nothing_to_reorder_gives_no_order(monkeypatch):
     monkeypatch.setattr(rerank, "question_likelihood", lambda *a: pytest.fail("the model must not be asked"))
-    assert rerank.passage_order(None, HISTORY, QUESTION, 0) is None
-    assert rerank.passage_order(None, HISTORY, "zebra quantum?", 5) is None  # no passage matches
+    assert rerank.passage_order(None, asked(QUESTION), 0) is None
+    assert rerank.passage_order(None, asked("zebra quantum?"), 5) is None  # no passage matches
 
 
 def test_a_batch_scores_each_passage_as_it_would_alone(default_lm):
@@ -74,14 +80,14 @@ def test_the_ranking_counts_in_the_first_token_and_answers_equal_a_recompute(tin
     document = document_from_text(HISTORY)
     engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=8, quote_passages=1, rerank_passages=5), lm=tiny_lm)
     doc = engine.prefill(document)
-    cached = engine.stream(doc, QUESTION).answer
+    cached = ask(engine, doc, QUESTION).answer
     assert cached.timings.ttft_s >= 0.3  # the reranking happened before the first token and is counted
-    whole = engine.stream_without_cache(document, QUESTION, prompt=doc.prompt).answer
+    whole = ask_without_cache(engine, document, QUESTION, prompt=doc.prompt).answer
     assert whole.token_ids == cached.token_ids  # both paths quote the same reranked passage
-    order = rerank.passage_order(tiny_lm, HISTORY, QUESTION, 5)
+    order = rerank.passage_order(tiny_lm, asked(QUESTION), 5)
     assert sorted(order) == sorted(i for i, _, _ in candidates(HISTORY, QUESTION, limit=5))
-    turn = generate.decoding(engine.config)
-    assert turn["rerank"] == 5 and turn["quote"] == 1
+    turn = engine.options
+    assert turn.rerank_passages == 5 and turn.quote_passages == 1
 
 
 def test_running_out_of_memory_while_reranking_is_the_users_message(tiny_lm, monkeypatch):
@@ -91,9 +97,9 @@ def test_running_out_of_memory_while_reranking_is_the_users_message(tiny_lm, mon
     monkeypatch.setattr(rerank, "question_likelihood", out_of_memory)
     engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=4, rerank_passages=5), lm=tiny_lm)
     doc = engine.prefill(document_from_text(HISTORY))
-    for ask in (lambda: engine.stream(doc, QUESTION), lambda: engine.stream_without_cache(doc.document, QUESTION)):
+    for asking in (lambda: ask(engine, doc, QUESTION), lambda: ask_without_cache(engine, doc.document, QUESTION)):
         with pytest.raises(kvqa.KvqaError) as refused:
-            ask()
+            asking()
         assert "memory" in str(refused.value) and "Tried to allocate" not in str(refused.value)
     monkeypatch.undo()  # memory is back: the same document answers, its cache as it was
-    assert doc.cache.length == doc.tokens and engine.stream(doc, QUESTION).answer.timings.new_tokens > 0
+    assert doc.cache.length == doc.tokens and ask(engine, doc, QUESTION).answer.timings.new_tokens > 0

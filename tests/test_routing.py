@@ -16,8 +16,11 @@ from kvqa.documents import Document, document_from_text
 from kvqa.errors import QuestionError
 from kvqa.export import session_dict, to_markdown
 from kvqa.messages import render
-from kvqa.parts import plan, route, runner_up
+from kvqa.parts import also_matching, plan, route
 from kvqa.session import Session
+from kvqa.sources import rank
+from kvqa.ui.answers import chat_messages
+from kvqa.ui.latency import latency_summary
 
 TOPICS = ["lighthouse keeper pelican", "ferry timetable harbour", "orchard apples pears", "railway viaduct granite",
           "museum tapestry weavers", "glacier meltwater valley", "bakery sourdough ovens",
@@ -66,7 +69,7 @@ def test_each_question_is_answered_from_the_part_that_holds_it():
 
 def test_a_pinned_part_and_a_document_that_fits_are_never_routed():
     engine, session = loaded()
-    session.load(session.source, part=(1, 200))
+    session.load(session.whole, part=(1, 200))
     session.ask(f"What about the {TOPICS[7].split()[1]}?").answer  # noqa: B018
     assert session.document.part.last == 200 and session.turns[-1].part is not None
     engine, session = loaded(context_tokens=10_000)
@@ -103,9 +106,9 @@ def test_plan_and_route_on_their_own():
     assert plan(spans, [5] * 5, 100, first_take=2)[0] == (1, 2, 10)
     document = document_from_text(TEXT)
     parts = [(1, 400, 0), (300, len(TEXT), 0)]
-    assert route(document, parts, "Which comet did the telescope see?") == 1
-    assert route(document, parts, "Tell me about the lighthouse keeper.") == 0
-    assert route(document, parts, "nothing matches zzz", current=1) == 1
+    assert route(rank(document.text, "Which comet did the telescope see?"), document, parts)[0] == 1
+    assert route(rank(document.text, "Tell me about the lighthouse keeper."), document, parts)[0] == 0
+    assert route(rank(document.text, "nothing matches zzz"), document, parts, current=1)[0] == 1
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -113,7 +116,7 @@ def test_the_app_says_which_part_an_answer_came_from(lang):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
     session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     session.ask("What about the comet and the telescope?").answer  # noqa: B018
-    last = app_module.chat_messages(session, lang)[-1]["content"]
+    last = chat_messages(session, lang)[-1]["content"]
     part = session.turns[-1].part
     assert (f"From characters {part.first:,}-{part.last:,}" if lang == "en" else f"出自第 {part.first:,}-") in last
 
@@ -123,16 +126,16 @@ def test_the_latency_panel_lists_each_part_read_once():
     session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     first = session.document.part
     assert f"Parts read, of {len(session.parts)}: characters 1-{first.last:,} of {len(TEXT):,} (read now:" in (
-        app_module.latency_summary(session))
+        latency_summary(session))
     for question in ["What about the comet and the telescope?", "And the lighthouse keeper?",
                      "The comet again?"]:
         session.ask(question).answer  # noqa: B018
-    summary = app_module.latency_summary(session)
+    summary = latency_summary(session)
     listed = summary.split("Parts read")[1]
     assert listed.count("characters 1-") == 1 and listed.count("(read now:") + listed.count("(still in memory:") == 2
     assert session.origin in ("prefill", "kept")  # read again, or its cache was still alive
     assert "shared with another session" not in summary  # no other session is involved
-    assert "已读取的部分" in app_module.latency_summary(session, "zh")
+    assert "已读取的部分" in latency_summary(session, "zh")
 
 
 def test_before_reading_a_long_document_says_how_many_parts_it_makes():
@@ -156,31 +159,31 @@ def test_many_near_duplicates_do_not_outvote_the_best_passage():
     document = document_from_text(text)
     half = text.index("## Section 6")
     parts = [(1, half, 0), (half - 20, len(text), 0)]
-    assert route(document, parts, "Who is the harbour master of section 8?") == 1
-    assert route(document, parts, "Who is the harbour master of section 2?") == 0
+    assert route(rank(document.text, "Who is the harbour master of section 8?"), document, parts)[0] == 1
+    assert route(rank(document.text, "Who is the harbour master of section 2?"), document, parts)[0] == 0
 
 
 def test_another_part_that_matches_as_well_is_named():
     # (points, share of the passage in each of three parts)
-    assert runner_up([(10.0, [1, 0, 0]), (6.0, [0, 1, 0])], 0) == 1 and runner_up([(6.0, [1, 0, 0]),
+    assert also_matching([(10.0, [1, 0, 0]), (6.0, [0, 1, 0])], 0) == 1 and also_matching([(6.0, [1, 0, 0]),
                                                                                   (10.0, [0, 1, 0])], 1) == 0
-    assert runner_up([(10.0, [1, 0, 0]), (4.0, [0, 0, 1])], 0) is None  # too weak
-    assert runner_up([(10.0, [1, 1, 0])], 0) is None  # the same passage, in the paragraph two parts share
-    assert runner_up([], 0) is None
+    assert also_matching([(10.0, [1, 0, 0]), (4.0, [0, 0, 1])], 0) is None  # too weak
+    assert also_matching([(10.0, [1, 1, 0])], 0) is None  # the same passage, in the paragraph two parts share
+    assert also_matching([], 0) is None
     engine, session = loaded()
     session.ask("Where are the pelican and the comet?").answer  # noqa: B018 - one word in the first, one in the last
     said, chosen = session.notice, session.part_index
-    assert said.key == "notice.routed_also" and session.also is not None and session.also != chosen
-    first, last, _ = session.parts[session.also]
+    assert said.key == "notice.routed_also" and session.also_index is not None and session.also_index != chosen
+    first, last, _ = session.parts[session.also_index]
     other = TEXT[first - 1: last]
     assert ("comet" in other) != ("comet" in session.document.text)  # the word the chosen part lacks
-    assert f"Part {session.also + 1} (characters {first:,}-{last:,}" in render(said, "en")
-    assert f"第 {session.also + 1} 部分" in render(said, "zh")
-    session.ask("Where are the pelican and the comet?", part=session.also).answer  # noqa: B018 - ask it there
+    assert f"Part {session.also_index + 1} (characters {first:,}-{last:,}" in render(said, "en")
+    assert f"第 {session.also_index + 1} 部分" in render(said, "zh")
+    session.ask("Where are the pelican and the comet?", part=session.also_index).answer  # noqa: B018 - ask it there
     assert (session.turns[-1].part.first, session.turns[-1].part.last) == (first, last)
-    assert engine.read[-1].text == other and session.notice.key == "notice.routed_asked" and session.also is None
+    assert engine.read[-1].text == other and session.notice.key == "notice.routed_asked" and session.also_index is None
     session.ask("What is said about the sourdough?").answer  # noqa: B018 - routed again; one part alone holds it
-    assert session.notice.key == "notice.routed" and session.also is None
+    assert session.notice.key == "notice.routed" and session.also_index is None
     assert "sourdough" in session.document.text
 
 
@@ -199,8 +202,8 @@ def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
     assert kvqa_app.also_button(session)["visible"] is False  # nothing asked yet
     shown = list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))[-1]
     button = shown[kvqa_app.also_btn]
-    first, last, _ = session.parts[session.also]
-    assert button["visible"] and button["value"] == f"Ask again from part {session.also + 1} (characters " \
+    first, last, _ = session.parts[session.also_index]
+    assert button["visible"] and button["value"] == f"Ask again from part {session.also_index + 1} (characters " \
         f"{first:,}-{last:,} of {len(TEXT):,})"
     assert "从第" in kvqa_app.also_button(session, "zh")["value"]
     shown = list(kvqa_app.on_ask_also(session, False))[-1]
@@ -210,9 +213,9 @@ def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)
     assert list(kvqa_app.on_ask_also(session, False)) == [{}] and "No other part matched" in warned[0]
     list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))
-    assert session.also is not None
+    assert session.also_index is not None
     assert kvqa_app.on_new_conversation(session)[kvqa_app.also_btn]["visible"] is False  # a new conversation
-    assert session.also is None and session.turns  # the turns are kept; the offer was the last conversation's
+    assert session.also_index is None and session.turns  # the turns are kept; the offer was the last conversation's
 
 
 def test_the_cli_names_another_part_that_matches_as_well(tmp_path, capsys, monkeypatch):

@@ -72,7 +72,7 @@ def test_an_unexpected_error_says_nothing_of_its_internals(served, monkeypatch):
 
     with httpx.Client(base_url=url, timeout=60) as http:
         assert "prefilled" in call(http, "prefill", [None, "A short document about ferries.", None])
-        monkeypatch.setattr("app.document_from_text", broken)  # /prefill now fails inside, as a bug would
+        monkeypatch.setattr("kvqa.ui.reading.document_from_text", broken)  # /prefill now fails inside, as a bug would
         reply = call(http, "prefill", [None, "Another document about ferries.", None])
     assert "event: error" in reply and "internal detail" not in reply and "Traceback" not in reply
 

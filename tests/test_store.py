@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import kvqa
+from kvqa.ask import ask
 from kvqa.engines.stored import StoredLocalEngine
 from kvqa.restore import cache_key
 from kvqa.store import FORMAT, KVStore, weights_fingerprint
@@ -50,22 +51,22 @@ def assert_same_cache(a: kvqa.PrefilledDocument, b: kvqa.PrefilledDocument) -> N
 def test_a_restored_cache_is_bit_identical_and_answers_token_for_token(tiny_lm, tmp_path):
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
     restored = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
-    assert (fresh.cache_source, restored.cache_source) == ("prefill", "disk")
+    assert (fresh.origin, restored.origin) == ("prefill", "disk")
     assert abs(restored.read_s - fresh.prefill_s) < 1e-5  # the first read's time is kept with the cache
     assert restored.first_read_s == restored.read_s != restored.prefill_s
     assert restored.cache.capacity == fresh.cache.capacity
     assert_same_cache(fresh, restored)
     for q in QUESTIONS:
-        assert engine.stream(restored, q).answer.token_ids == engine.stream(fresh, q).answer.token_ids
+        assert ask(engine, restored, q).answer.token_ids == ask(engine, fresh, q).answer.token_ids
     assert_same_cache(fresh, restored)  # rolled back after every answer
 
 
 def test_the_default_model_answers_the_same_from_a_restored_cache(default_lm, tmp_path):
     engine, fresh = prefilled_and_stored(default_lm, tmp_path)
     restored = engine_with_store(default_lm, tmp_path).prefill(DOC)
-    assert restored.cache_source == "disk"
+    assert restored.origin == "disk"
     assert_same_cache(fresh, restored)
-    assert engine.stream(restored, QUESTIONS[0]).answer.text == engine.stream(fresh, QUESTIONS[0]).answer.text
+    assert ask(engine, restored, QUESTIONS[0]).answer.text == ask(engine, fresh, QUESTIONS[0]).answer.text
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -75,7 +76,7 @@ def test_half_precision_caches_round_trip(default_lm, tmp_path, dtype):
     lm = tiny_llama(default_lm.tokenizer, dtype=dtype)
     _, fresh = prefilled_and_stored(lm, tmp_path)
     restored = engine_with_store(lm, tmp_path).prefill(DOC)
-    assert restored.cache_source == "disk" and restored.cache.tensors()[0][0].dtype == dtype
+    assert restored.origin == "disk" and restored.cache.tensors()[0][0].dtype == dtype
     assert_same_cache(fresh, restored)
 
 
@@ -95,7 +96,7 @@ def test_every_key_field_and_one_changed_token_make_a_miss(tiny_lm, default_lm, 
     for other in changed:
         assert engine.store.get(other) is None
     assert engine.store.get(key) is not None
-    assert engine_with_store(other_weights, tmp_path).prefill(DOC).cache_source == "prefill"
+    assert engine_with_store(other_weights, tmp_path).prefill(DOC).origin == "prefill"
 
 
 def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, caplog):
@@ -109,7 +110,7 @@ def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, ca
     os.replace(other, this)
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
-    assert doc.cache_source == "prefill" and "made for another text_sha256" in caplog.text
+    assert doc.origin == "prefill" and "made for another text_sha256" in caplog.text
 
 
 def test_stored_ids_that_differ_from_the_tokenizer_are_a_miss(tiny_lm, tmp_path, caplog):
@@ -118,7 +119,7 @@ def test_stored_ids_that_differ_from_the_tokenizer_are_a_miss(tiny_lm, tmp_path,
     engine.store.write(key, (*doc.ids[:-1], doc.ids[-1] + 1), doc.prompt.date_string, doc.cache.tensors())
     with caplog.at_level(logging.WARNING):
         again = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
-    assert again.cache_source == "prefill" and "prefix ids differ" in caplog.text
+    assert again.origin == "prefill" and "prefix ids differ" in caplog.text
 
 
 @pytest.mark.parametrize("where", [0, 8, 100, 0.5, -1])
@@ -131,7 +132,7 @@ def test_a_corrupted_byte_anywhere_is_detected_and_the_document_read_again(tiny_
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
-    assert doc.cache_source == "prefill" and "kvqa store: ignoring" in caplog.text
+    assert doc.origin == "prefill" and "kvqa store: ignoring" in caplog.text
     assert len([r for r in caplog.records if r.name == "kvqa.store"]) == 1  # one line
     assert_same_cache(fresh, doc)
 
@@ -153,7 +154,7 @@ def test_a_damaged_byte_in_any_header_field_is_detected(tiny_lm, tmp_path, caplo
     path.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
-    assert doc.cache_source == "prefill" and "kvqa store: ignoring" in caplog.text
+    assert doc.origin == "prefill" and "kvqa store: ignoring" in caplog.text
     assert_same_cache(fresh, doc)
 
 
@@ -163,7 +164,7 @@ def test_a_truncated_file_is_detected(tiny_lm, tmp_path, keep):
     path = stored_file(engine)
     data = path.read_bytes()
     path.write_bytes(data[: int(keep * len(data)) if isinstance(keep, float) else keep % len(data)])
-    assert engine_with_store(tiny_lm, tmp_path).prefill(DOC).cache_source == "prefill"
+    assert engine_with_store(tiny_lm, tmp_path).prefill(DOC).origin == "prefill"
 
 
 def test_a_foreign_format_version_is_a_miss(tiny_lm, tmp_path, monkeypatch, caplog):
@@ -177,9 +178,9 @@ def test_a_foreign_format_version_is_a_miss(tiny_lm, tmp_path, monkeypatch, capl
     engine.store.flush()
     monkeypatch.setattr(store, "FORMAT", FORMAT)
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
-        assert engine_with_store(tiny_lm, tmp_path).prefill(DOC).cache_source == "prefill"
+        assert engine_with_store(tiny_lm, tmp_path).prefill(DOC).origin == "prefill"
     assert f"format '{FORMAT + 1}'" in caplog.text
-    assert doc.cache_source == "prefill"
+    assert doc.origin == "prefill"
 
 
 def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog, monkeypatch):
@@ -188,15 +189,15 @@ def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog, mon
         doc = tiny.prefill(DOC)
         tiny.store.flush()
     assert tiny.store.entries() == [] and "larger than the store's limit" in caplog.text
-    assert tiny.stream(doc, QUESTIONS[0]).answer.text
+    assert ask(tiny, doc, QUESTIONS[0]).answer.text
     not_a_folder = tmp_path / "a-file"
     not_a_folder.write_text("")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         engine = engine_with_store(tiny_lm, not_a_folder)
-        assert engine.prefill(DOC).cache_source == "prefill"
+        assert engine.prefill(DOC).origin == "prefill"
         engine.store.flush()
-        assert engine.prefill(DOC).cache_source == "prefill"
+        assert engine.prefill(DOC).origin == "prefill"
     assert "could not write" in caplog.text
     folder = tmp_path / "read-only"
     folder.mkdir()
@@ -256,12 +257,12 @@ def test_least_recently_used_files_go_first(tiny_lm, tmp_path):
     first = engine.store.entries()[0]
     os.utime(first, (1, 1))  # make the order certain whatever the clock's resolution
     os.utime(engine.store.entries()[-1], (2, 2))
-    assert engine.prefill(docs[0]).cache_source == "disk"  # reading it marks it used: the other is now oldest
+    assert engine.prefill(docs[0]).origin == "disk"  # reading it marks it used: the other is now oldest
     engine.prefill(docs[2])
     engine.store.flush()
     assert len(engine.store.entries()) == 2
-    assert engine_with_store(tiny_lm, tmp_path / "store").prefill(docs[0]).cache_source == "disk"
-    assert engine_with_store(tiny_lm, tmp_path / "store").prefill(docs[1]).cache_source == "prefill"
+    assert engine_with_store(tiny_lm, tmp_path / "store").prefill(docs[0]).origin == "disk"
+    assert engine_with_store(tiny_lm, tmp_path / "store").prefill(docs[1]).origin == "prefill"
 
 
 def test_concurrent_writers_of_one_key_leave_one_whole_file(tiny_lm, tmp_path):
@@ -317,7 +318,7 @@ engine = kvqa.make_engine(kvqa.Config(max_new_tokens=12, max_question_tokens=64)
                           store=KVStore(sys.argv[1], 2**30))
 doc = engine.prefill(kvqa.document_from_text(sys.argv[2]))
 engine.store.flush()
-print(json.dumps({"source": doc.cache_source, "answer": engine.stream(doc, "What is the code word?").answer.text}))
+print(json.dumps({"source": doc.origin, "answer": ask(engine, doc, "What is the code word?").answer.text}))
 """
 
 
@@ -337,9 +338,9 @@ def test_a_llama3_date_line_from_another_day_is_restored_with_its_date(tiny_llam
     engine, fresh = prefilled_and_stored(tiny_llama3_lm, tmp_path)
     monkeypatch.setattr(prompt, "today", lambda: "30 Nov 2026")
     restored = engine_with_store(tiny_llama3_lm, tmp_path).prefill(DOC)
-    assert restored.cache_source == "disk" and restored.prompt.date_string == "29 Nov 2026"
+    assert restored.origin == "disk" and restored.prompt.date_string == "29 Nov 2026"
     assert_same_cache(fresh, restored)
-    assert engine.stream(restored, QUESTIONS[0]).answer.token_ids == engine.stream(fresh, QUESTIONS[0]).answer.token_ids
+    assert ask(engine, restored, QUESTIONS[0]).answer.token_ids == ask(engine, fresh, QUESTIONS[0]).answer.token_ids
 
 
 def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm, tmp_path, monkeypatch, caplog):
@@ -353,7 +354,7 @@ def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm,
     monkeypatch.setattr(restore, "cache_from_tensors", broken)
     with caplog.at_level(logging.WARNING, logger="kvqa.restore"):
         doc = engine.prefill(DOC)
-    assert doc.cache_source == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
+    assert doc.origin == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
     assert_same_cache(fresh, doc)
 
 
@@ -373,15 +374,15 @@ def test_the_engine_restores_or_reads_whichever_it_has_done_faster(tiny_lm, tmp_
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
     assert engine.read_rate == pytest.approx(fresh.tokens / fresh.prefill_s) and engine.restore_rate is None
     restored = engine.prefill(DOC)
-    assert restored.cache_source == "disk" and engine.restore_rate > 0  # measured now
+    assert restored.origin == "disk" and engine.restore_rate > 0  # measured now
     file_bytes = stored_file(engine).stat().st_size
     assert engine.restore_is_faster(fresh.tokens, file_bytes) == (
         file_bytes / engine.restore_rate <= fresh.tokens / engine.read_rate)
     engine.restore_rate = 1.0  # a byte a second: reading is faster
     read_again = engine.prefill(DOC)
-    assert read_again.cache_source == "prefill" and read_again.read_s is None
+    assert read_again.origin == "prefill" and read_again.read_s is None
     engine.store.flush()
     assert [stored_file(engine)] == engine.store.entries()  # the file was kept, not written again
     assert_same_cache(fresh, read_again)
     engine.read_rate = 1e-9  # reading takes forever: restoring is faster again
-    assert engine.prefill(DOC).cache_source == "disk"
+    assert engine.prefill(DOC).origin == "disk"

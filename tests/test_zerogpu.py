@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import kvqa
+from kvqa.ask import ask
 from kvqa.engines import LocalEngine, make_engine, zerogpu_status
 from kvqa.engines.zerogpu import ZeroGPUEngine
 from kvqa.session import Session
@@ -28,7 +29,7 @@ CONFIG = kvqa.Config(max_new_tokens=16)
 
 def local_answer(lm, doc, question: str) -> tuple[int, ...]:
     """What the local engine answers with the same settings (the passage quoted, as on ZeroGPU): the reference."""
-    return LocalEngine(CONFIG, lm=lm).stream(doc, question).answer.token_ids
+    return ask(LocalEngine(CONFIG, lm=lm), doc, question).answer.token_ids
 TEXT = "The secret word is pelican. The museum opens at 9 am. " * 10
 
 
@@ -246,7 +247,7 @@ def test_a_document_loaded_again_is_restored_from_the_store_without_a_gpu_call(d
     first = stored_session(tmp_path)
     calls = len(fake_spaces["durations"])
     again = stored_session(tmp_path, engine=first.engine)  # another session, or this one after an eviction
-    assert again.prefilled.cache_source == "disk" and again.prefilled is not first.prefilled
+    assert again.prefilled.origin == "disk" and again.prefilled is not first.prefilled
     assert calls_after(fake_spaces, calls) == []
     crossed = len(fake_spaces["tensors"])
     for question in QUESTIONS:
@@ -263,9 +264,9 @@ def test_after_a_restart_the_first_prefill_tells_the_key_then_documents_restore(
     before.engine.store.flush()
     calls = len(fake_spaces["durations"])
     restarted = stored_session(tmp_path)
-    assert restarted.prefilled.cache_source == "prefill"
+    assert restarted.prefilled.origin == "prefill"
     restarted.load(other)
-    assert restarted.prefilled.cache_source == "disk"
+    assert restarted.prefilled.origin == "disk"
     assert calls_after(fake_spaces, calls) == ["_prefill_on_gpu"]
     assert len(restarted.engine.store.entries()) == 2  # the first was written again under the same key
 

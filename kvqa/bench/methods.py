@@ -11,14 +11,18 @@ from dataclasses import replace
 
 import torch
 
+from ..ask import ask, ask_without_cache
 from ..attention import GROUPED_SDPA
 from ..cache import bytes_per_token, new_cache
-from ..config import Config
+from ..config import Config, Decoding
 from ..documents import Document
 from ..engines.local import LocalEngine
-from ..generate import decode_one_token, quoted_passages, run_chunks, stops_for
+from ..generate import decode_one_token, run_chunks, stops_for
 from ..model import LoadedModel
 from ..prompt import Prompt
+from ..rerank import quoted
+from ..results import Question
+from ..sources import rank
 from ..timing import now
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory, weight_bytes
@@ -73,7 +77,7 @@ def run_recompute(lm: LoadedModel, document: Document, prompt: Prompt, prefix_id
     """Every question answered from the whole prompt, computed from scratch."""
     with PeakMemory(lm.device) as memory:
         engine = LocalEngine(replace(config, repeat_stop=0, draft_tokens=0), lm=lm)  # the usual way: plain decoding
-        answers = [engine.stream_without_cache(document, q, prompt=prompt).answer for q in questions]
+        answers = [ask_without_cache(engine, document, q, prompt=prompt).answer for q in questions]
     runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
     row = _row("recompute", len(prefix_ids), runs, peak_memory_bytes=memory.increase,
                peak_memory_total_bytes=memory.total, answers=[a.text for a in answers])
@@ -111,8 +115,7 @@ def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
                                   pad_token_id=eos[0] if eos else None,
                                   begin_suppress_tokens=eos if prompt.stops_at_line_end else None)
     suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
-                                    quotes=quoted_passages(lm, document.text, q, quote=config.quote_passages,
-                                                           rerank=config.rerank_passages)[0])
+                                    quotes=_quotes(lm, document, q, config))
                 for q in questions]
     runs, forks, ids_all = [], [], []
     with stock_attention(model), PeakMemory(device) as memory:
@@ -174,9 +177,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
         doc = engine.prefill(document)
         for question in questions:
             ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens,
-                                          quotes=quoted_passages(lm, document.text, question,
-                                                                 quote=engine.config.quote_passages,
-                                                                 rerank=engine.config.rerank_passages)[0])
+                                          quotes=_quotes(lm, document, question, engine.options))
             with torch.no_grad():
                 started = now(device)
                 run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
@@ -184,8 +185,8 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
                 started = now(device)
                 doc.cache.rollback(doc.tokens)
                 forks.append(now(device) - started)
-            answers.append(engine.stream(doc, question).answer)
-            plain.append(undrafted.stream(doc, question).answer)
+            answers.append(ask(engine, doc, question).answer)
+            plain.append(ask(undrafted, doc, question).answer)
         steps_compared = compare_steps(lm, doc.cache, prefix_ids[-1])
         cache_bytes, capacity, tokens = doc.cache_bytes, doc.cache.capacity, doc.tokens
         prefill_s = doc.prefill_s
@@ -266,3 +267,9 @@ def stock_attention(model) -> Iterator[None]:
     finally:
         if previous == GROUPED_SDPA:
             model.set_attn_implementation(previous)
+
+
+def _quotes(lm: LoadedModel, document: Document, question: str, options: Decoding) -> list[str]:
+    """What kvqa quotes in the question's turn (kvqa.ask, kvqa.rerank), for the runs that build the turn themselves."""
+    asked = Question(question, passages=tuple(rank(document.text, question).candidates(options.passages)))
+    return quoted(lm, asked, options)[0]

@@ -232,3 +232,4 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
         write_plot(result, args.plot)
         say(f"plot written to {args.plot}")
     return 0
+

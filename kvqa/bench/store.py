@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..ask import ask
 from ..config import Config
 from ..documents import Document
 from ..model import LoadedModel
@@ -57,12 +58,12 @@ def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[in
             for _ in range(REPEATS):
                 dropped = drop_from_page_cache(path)
                 restored = engine.prefill(document)
-                assert restored.cache_source == "disk", "the bench's own file did not restore"
+                assert restored.origin == "disk", "the bench's own file did not restore"
                 (cold if dropped else warm).append(restored.prefill_s)
                 warm.append(engine.prefill(document).prefill_s)
             same_cache = all(torch.equal(a, b) for pa, pb in zip(fresh.cache.tensors(), restored.cache.tensors())
                              for a, b in zip(pa, pb))
-            same_answers = all(engine.stream(fresh, q).answer.token_ids == engine.stream(restored, q).answer.token_ids
+            same_answers = all(ask(engine, fresh, q).answer.token_ids == ask(engine, restored, q).answer.token_ids
                                for q in questions)
             restore_s = sorted(warm)[len(warm) // 2]
             cold_s = sorted(cold)[len(cold) // 2] if cold else None

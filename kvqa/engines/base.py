@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..config import Decoding
 from ..documents import Document
 from ..prompt import Prompt
-from ..results import AnswerStream, PrefilledDocument
+from ..results import AnswerStream, PrefilledDocument, Question
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Engine(Protocol):
     """Owns the model and the settings; Session, the app, the CLI and bench use nothing else."""
 
     kind: str
+    options: Decoding  # how it decodes and how many passages a question's turn may quote: built once, from its Config
 
     def load(self) -> EngineInfo:
         """Get ready now (load the model, check its chat template) and describe the engine."""
@@ -43,15 +45,13 @@ class Engine(Protocol):
         """Read the document once. progress(fraction) as it goes; admit(bytes) before the cache is allocated (it
         may raise to refuse)."""
 
-    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None,
-               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        """Answer from the prefilled document, streaming; the document's cache is left as it was. history: earlier
-        (question, answer) turns of the conversation, read between the document and the question."""
+    def stream(self, doc: PrefilledDocument, question: Question, *,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        """Answer from the prefilled document, streaming, with self.options; the document's cache is left as it was.
+        The Answer carries no sources: kvqa.ask, above the engines, gives them."""
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
-                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
-                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """Answer by reading the whole prompt again (the measured baseline), with the same model and settings."""
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:

@@ -7,10 +7,10 @@ from collections.abc import Callable, Sequence
 
 from ..config import Config
 from ..documents import Document
-from ..generate import decoding, guarantee, prefill, stream, stream_without_cache
+from ..generate import guarantee, prefill, stream, stream_without_cache
 from ..model import LoadedModel, load_model
 from ..prompt import Prompt, prompt_for
-from ..results import AnswerStream, PrefilledDocument
+from ..results import AnswerStream, PrefilledDocument, Question
 from .base import EngineInfo
 
 
@@ -19,8 +19,10 @@ class LocalEngine:
 
     kind = "local"
 
-    def __init__(self, config: Config, lm: LoadedModel | None = None):
+    def __init__(self, config: Config, lm: LoadedModel | None = None, *, same_schedule: bool = False):
         self.config = config
+        self.options = config.decoding  # the settings every answer takes, built once
+        self.same_schedule = same_schedule  # recompute a baseline in the cached path's chunks (the exactness checks)
         self._lm = lm
 
     @property
@@ -48,18 +50,14 @@ class LocalEngine:
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
 
-    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None,
-               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return stream(self.lm, doc, question, max_new_tokens=max_new_tokens, should_stop=should_stop, history=history,
-                      **decoding(self.config))
+    def stream(self, doc: PrefilledDocument, question: Question, *,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return stream(self.lm, doc, question, self.options, should_stop=should_stop)
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
-                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
-                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        return stream_without_cache(self.lm, document, question, config=self.config, prompt=prompt,
-                                    max_new_tokens=max_new_tokens, should_stop=should_stop, history=history,
-                                    **decoding(self.config))
+    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        return stream_without_cache(self.lm, document, question, self.options, config=self.config, prompt=prompt,
+                                    should_stop=should_stop, same_schedule=self.same_schedule)
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         """How many of the latest turns of `history` fit before the question in the room the cache keeps."""

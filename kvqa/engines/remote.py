@@ -40,17 +40,13 @@ from ..errors import (
     EngineUnreachable,
     QuestionError,
 )
-from ..generate import with_sources
 from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
-from ..results import Answer, AnswerStream, PrefilledDocument, ServerPrefix
-from ..sources import quotes
+from ..results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
 from ..timing import Timings
 from .base import EngineInfo
 
 CONNECT_TIMEOUT_S = 10.0  # a server that does not accept the connection this fast is not there
-CACHE_FLAGS = ("the server does not report cached tokens: vLLM needs --enable-prompt-tokens-details, SGLang "
-               "--enable-cache-report (llama.cpp's llama-server reports them)")
 
 
 def guarantee(model: str, where: str) -> Message:
@@ -64,6 +60,7 @@ class RemoteEngine:
 
     def __init__(self, config: Config, *, transport: httpx.BaseTransport | None = None):
         self.config = config
+        self.options = config.decoding
         self.url = config.engine_url.rstrip("/")
         self.where = urlsplit(self.url).netloc or self.url
         headers = {"Authorization": f"Bearer {config.engine_api_key}"} if config.engine_api_key else {}
@@ -130,31 +127,23 @@ class RemoteEngine:
             model_name=model, max_question_tokens=self.config.max_question_tokens,
             max_new_tokens=self.config.max_new_tokens)
 
-    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None,
-               history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+    def stream(self, doc: PrefilledDocument, question: Question, *,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """The same system message plus the question, streamed; the server takes the document from its cache."""
         assert isinstance(doc.cache, ServerPrefix), "this document was prefilled by another engine"
-        limit = doc.max_new_tokens if max_new_tokens is None else max_new_tokens
+        limit = doc.max_new_tokens if question.max_new_tokens is None else question.max_new_tokens
         if not 1 <= limit <= doc.max_new_tokens:
             raise QuestionError("question.max_new_tokens_server", most=doc.max_new_tokens, asked=limit)
-        pieces = self._answer(doc.cache.system, self._turn(doc.document, question), max_new_tokens=limit,
-                              should_stop=should_stop, used_cache=True, history=history, question=question)
-        return AnswerStream(with_sources(pieces, doc.document, question))
+        return AnswerStream(self._answer(doc.cache.system, question, self._turn(question), max_new_tokens=limit,
+                                         should_stop=should_stop, used_cache=True))
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: ChatPrompt | None = None,
-                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
-                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+    def stream_without_cache(self, document: Document, question: Question, *, prompt: ChatPrompt | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """The same request, asking the server not to use its prefix cache (llama.cpp: cache_prompt false; vLLM: a
         fresh cache_salt). A server that ignores both says so in the answer's cached_tokens."""
-        pieces = self._answer(system_text(document.text), self._turn(document, question),
-                              max_new_tokens=max_new_tokens or self.config.max_new_tokens, should_stop=should_stop,
-                              used_cache=False, history=history, question=question)
-        return AnswerStream(with_sources(pieces, document, question))
-
-    def _turn(self, document: Document, question: str) -> str:
-        """The user turn: the question with the passages that best match it quoted (Config.quote_passages)."""
-        return question_turn(_checked(question), quotes(document.text, question, self.config.quote_passages))
+        return AnswerStream(self._answer(system_text(document.text), question, self._turn(question),
+                                         max_new_tokens=question.max_new_tokens or self.config.max_new_tokens,
+                                         should_stop=should_stop, used_cache=False))
 
     def count_tokens(self, text: str) -> int:
         """The server's count (POST /tokenize, llama.cpp and vLLM); EngineError where it has none."""
@@ -183,16 +172,18 @@ class RemoteEngine:
 
     # ---- one answer
 
-    def _answer(self, system: str, turn: str, *, max_new_tokens: int, should_stop: Callable[[], bool] | None,
-                used_cache: bool, history: Sequence[tuple[str, str]] = (),
-                question: str | None = None) -> Iterator[str | Answer]:
-        """Stream one answer to the user turn `turn` (`question`, with quotes, when given); yields text, then the
-        Answer. Leaving early closes the response: the server aborts."""
-        question = turn if question is None else question
+    def _turn(self, question: Question) -> str:
+        """The user turn: the question with its best passages quoted (Config.quote_passages)."""
+        return question_turn(_checked(question.text), question.quotes(self.options.quote_passages))
+
+    def _answer(self, system: str, question: Question, turn: str, *, max_new_tokens: int,
+                should_stop: Callable[[], bool] | None, used_cache: bool) -> Iterator[str | Answer]:
+        """Stream one answer to the question's user turn `turn`; yields text, then the Answer. Leaving early closes
+        the response: the server aborts."""
         body = {"model": self.info.model, "stream": True, "stream_options": {"include_usage": True},
                 "messages": [{"role": "system", "content": system},
-                             *({"role": role, "content": text} for turn in history
-                               for role, text in zip(("user", "assistant"), turn)),
+                             *({"role": role, "content": text} for earlier in question.history
+                               for role, text in zip(("user", "assistant"), earlier)),
                              {"role": "user", "content": turn}],
                 "max_tokens": max_new_tokens, "temperature": self.config.temperature}
         if self.config.seed is not None:
@@ -234,7 +225,7 @@ class RemoteEngine:
         computed = prompt_tokens - cached if prompt_tokens is not None and cached is not None else prompt_tokens
         new_tokens = usage.get("completion_tokens") or (timings or {}).get("predicted_n") or chunks
         stop_reason = {"stop": "eos", "length": "length", "stopped": "stopped"}.get(finish, "eos")
-        yield Answer(question=question, text="".join(text), token_ids=(), stop_reason=stop_reason,
+        yield Answer(question=question.text, text="".join(text), token_ids=(), stop_reason=stop_reason,
                      used_cache=used_cache,
                      timings=Timings(question_tokens=computed or 0, new_tokens=int(new_tokens),
                                      ttft_s=ttft if ttft is not None else answer_s, answer_s=answer_s,

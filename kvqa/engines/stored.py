@@ -45,7 +45,7 @@ class StoredLocalEngine(LocalEngine):
                                  progress=progress, admit=admit,
                                  restore_if=self.restore_is_faster if self.choose else None)
         if doc.prefill_s > 0:
-            if doc.cache_source == "disk":
+            if doc.origin == "disk":
                 self.restore_rate = _size_of(doc) / doc.prefill_s
             else:
                 self.read_rate = doc.tokens / doc.prefill_s

@@ -27,7 +27,6 @@ from ..cache import bytes_per_token, cache_from_tensors
 from ..config import Config
 from ..documents import Document
 from ..generate import (
-    decoding,
     guarantee,
     out_of_memory_as_error,
     prefill_steps,
@@ -38,7 +37,7 @@ from ..generate import (
 from ..model import LoadedModel, load_model
 from ..prompt import Prompt, prompt_for
 from ..restore import cache_key, restore
-from ..results import Answer, AnswerStream, PrefilledDocument, close_events
+from ..results import Answer, AnswerStream, PrefilledDocument, Question, close_events
 from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
@@ -87,13 +86,13 @@ def prefill_seconds(document: Document, config: Config, *args) -> int:
     return int(min(300, 20 + len(document.text) / 3 / 2000))
 
 
-def answer_seconds(source: PrefilledDocument | StoredDocument, question: str, config: Config, *args) -> int:
+def answer_seconds(source: PrefilledDocument | StoredDocument, question: Question, config: Config, *args) -> int:
     """A generous GPU time for one answer: moving the cache, the question, and up to max_new_tokens at ~20/s."""
     doc = source.doc if isinstance(source, StoredDocument) else source
     return int(min(300, 15 + doc.cache_bytes / 2**30 + doc.max_new_tokens / 20))
 
 
-def baseline_seconds(document: Document, question: str, config: Config, *args) -> int:
+def baseline_seconds(document: Document, question: Question, config: Config, *args) -> int:
     return prefill_seconds(document, config) + 15 + config.max_new_tokens // 20
 
 
@@ -106,8 +105,8 @@ def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[Prompt, li
     yield _to(doc, "cpu")
 
 
-def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, config: Config,
-                   max_new_tokens: int | None, history: tuple = ()) -> Generator[str | Answer | FileMissed, None, None]:
+def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: Question,
+                   config: Config) -> Generator[str | Answer | FileMissed, None, None]:
     lm = load_model(config)
     if isinstance(source, StoredDocument):
         doc = source.load(lm)
@@ -117,14 +116,12 @@ def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: str, co
     else:
         doc = _to(source, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     doc = replace(doc, prompt=replace(doc.prompt, tokenizer=lm.tokenizer))
-    yield from stream(lm, doc, question, max_new_tokens=max_new_tokens, history=history, **decoding(config)).events()
+    yield from stream(lm, doc, question, config.decoding).events()
 
 
-def _answer_without_cache_on_gpu(document: Document, question: str, config: Config, prompt: Prompt,
-                                 max_new_tokens: int | None, history: tuple = ()) -> Answer:
+def _answer_without_cache_on_gpu(document: Document, question: Question, config: Config, prompt: Prompt) -> Answer:
     lm = load_model(config)
-    return stream_without_cache(lm, document, question, config=config, prompt=prompt, max_new_tokens=max_new_tokens,
-                                history=history, **decoding(config)).answer
+    return stream_without_cache(lm, document, question, config.decoding, config=config, prompt=prompt).answer
 
 
 def _to(doc: PrefilledDocument, device) -> PrefilledDocument:
@@ -153,6 +150,7 @@ class ZeroGPUEngine:
 
     def __init__(self, config: Config, spaces, *, store: KVStore | None = None):
         self.config = config
+        self.options = config.decoding
         self.local = LocalEngine(config)  # the CPU copy: tokenizer, prompt checks, token counts
         self.store = store
         self._files: weakref.WeakKeyDictionary[PrefilledDocument, _File] = weakref.WeakKeyDictionary()
@@ -238,24 +236,22 @@ class ZeroGPUEngine:
                     "or damaged); its cache crosses by pickling from now on")
         self._remember(doc, None)
 
-    def stream(self, doc: PrefilledDocument, question: str, *, max_new_tokens: int | None = None,
-               should_stop: Callable[[], bool] | None = None, history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
-        history = tuple(history)
-        question_tokens = len(doc.prompt.question_ids(question, limit=doc.max_question_tokens,
-                                                      history=history))  # fail here, not on the GPU
-        return AnswerStream(self._pieces(doc, question, question_tokens, max_new_tokens, should_stop, history))
+    def stream(self, doc: PrefilledDocument, question: Question, *,
+               should_stop: Callable[[], bool] | None = None) -> AnswerStream:
+        question_tokens = len(doc.prompt.question_ids(question.text, limit=doc.max_question_tokens,
+                                                      history=question.history))  # fail here, not on the GPU
+        return AnswerStream(self._pieces(doc, question, question_tokens, should_stop))
 
-    def _events(self, doc: PrefilledDocument, question: str, max_new_tokens: int | None,
-                history: tuple) -> Generator[str | Answer, None, None]:
+    def _events(self, doc: PrefilledDocument, question: Question) -> Generator[str | Answer, None, None]:
         """The answer's GPU events, from the store's file when it holds the cache; from a pickled copy of the cache
         when not, or when the GPU side could not use the file (a second call)."""
-        events = self._stream_on_gpu(self._source(doc), question, self.config, max_new_tokens, history)
+        events = self._stream_on_gpu(self._source(doc), question, self.config)
         try:
             first = next(events, None)
             if isinstance(first, FileMissed):
                 self._missed(doc)
                 close_events(events)
-                events = self._stream_on_gpu(without_tokenizer(doc), question, self.config, max_new_tokens, history)
+                events = self._stream_on_gpu(without_tokenizer(doc), question, self.config)
                 first = next(events, None)
             if first is not None:
                 yield first
@@ -263,10 +259,9 @@ class ZeroGPUEngine:
         finally:
             close_events(events)
 
-    def _pieces(self, doc, question, question_tokens, max_new_tokens, should_stop,
-                history) -> Iterator[str | Answer]:
+    def _pieces(self, doc, question, question_tokens, should_stop) -> Iterator[str | Answer]:
         started, first, text = time.perf_counter(), None, ""
-        events = self._events(doc, question, max_new_tokens, history)
+        events = self._events(doc, question)
         try:
             for event in events:
                 yield event
@@ -277,23 +272,20 @@ class ZeroGPUEngine:
                     # the GPU process cannot be told to stop: end here, with the figures seen from this side
                     timings = Timings(question_tokens=question_tokens, new_tokens=self.count_tokens(text),
                                       ttft_s=first or 0.0, answer_s=time.perf_counter() - started)
-                    yield Answer(question=question, text=text, token_ids=(), timings=timings,
+                    yield Answer(question=question.text, text=text, token_ids=(), timings=timings,
                                  stop_reason="stopped", used_cache=True)
                     return
             raise RuntimeError("the ZeroGPU answer ended without its figures")
         finally:
             events.close()
 
-    def stream_without_cache(self, document: Document, question: str, *, prompt: Prompt | None = None,
-                             max_new_tokens: int | None = None, should_stop: Callable[[], bool] | None = None,
-                             history: Sequence[tuple[str, str]] = ()) -> AnswerStream:
+    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+                             should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         prompt = prompt or prompt_for(self.local.lm.tokenizer)
-        history = tuple(history)
-        prompt.question_ids(question, limit=self.config.max_question_tokens, history=history)
+        prompt.question_ids(question.text, limit=self.config.max_question_tokens, history=question.history)
 
         def pieces() -> Iterator[str | Answer]:
-            answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt, max_new_tokens,
-                                                       history)
+            answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt)
             yield answer.text
             yield answer
 

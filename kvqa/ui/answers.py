@@ -1,0 +1,84 @@
+"""An answer in the chat: its text, then the part it came from, what it names that the document lacks, its sources
+(the first one quoted, every one folded below) and its figures, all in the language of the request."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from kvqa.messages import render, say
+from kvqa.session import Session
+
+
+def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: str = "en") -> str:
+    t = timings
+    drafted = ""
+    if t.drafted_tokens:
+        drafted = (say("answer.drafting_speedup", lang, kept=t.drafted_per_step, speedup=t.draft_speedup)
+                   if t.draft_speedup else say("answer.drafting", lang, kept=t.drafted_per_step))
+    stopped = say(f"answer.{stop_reason}", lang) if stop_reason in ("stopped", "repeating") else ""
+    after = (say("answer.after_turn", lang) if follows == 1 else say("answer.after_turns", lang, turns=follows)
+             if follows else "")
+    figures = say("answer.latency", lang, ttft=t.ttft_s, total=t.answer_s, tokens=t.new_tokens,
+                  rate=t.decode_tokens_per_s)
+    return f"\n\n<sub>{figures}{drafted}{server_cache_note(t, lang)}{stopped}{after}</sub>"
+
+
+def part_line(part, lang: str = "en") -> str:
+    """Under an answer from a document cut into parts: which part it came from."""
+    return f"\n\n<sub>{say('answer.part', lang, part=render(part.name, lang))}</sub>" if part is not None else ""
+
+
+def server_cache_note(t, lang: str = "en") -> str:
+    """For answers from a serving engine: how much of the prompt came from its prefix cache, or that it did not say."""
+    if t.prompt_tokens is None:
+        return ""
+    if t.cached_tokens is None:
+        return say("answer.server_cache_unknown", lang)
+    return say("answer.server_cache", lang, cached=t.cached_tokens, prompt=t.prompt_tokens)
+
+
+def sources_block(sources, lang: str = "en", unsupported=()) -> str:
+    """Under an answer: what it names that the document lacks, its first source shown ("From the document, page
+    12: ...", the best-matching sentence marked), every source folded below, each with its page where there is one."""
+    block = ""
+    if unsupported:
+        items = html.escape(", ".join(unsupported))
+        block += f"\n\n<p class='unsupported'>⚠ {say('answer.unsupported', lang, items=items)}</p>"
+    if not sources:
+        return block
+    first = sources[0]
+    where = say("answer.from_page", lang, page=first.page) if first.page else say("answer.from_text", lang)
+    block += f"\n\n<blockquote class='evidence'><b>{where}</b> {_marked_quote(first)}</blockquote>"
+    items = []
+    for source in sources:
+        where = (say("answer.page", lang, page=source.page) if source.page else
+                 say("answer.characters", lang, start=source.start, end=source.end))
+        items.append(f"<li><b>{where}</b>: “{_marked_quote(source)}”</li>")
+    return (block + f"\n\n<details class='sources'><summary>{say('answer.sources', lang, count=len(sources))}"
+            f"</summary><ol>{''.join(items)}</ol></details>")
+
+
+def _marked_quote(source) -> str:
+    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark>."""
+    a, b = source.mark[0] - source.start, source.mark[1] - source.start
+
+    def flat(text):  # each run of whitespace as one space, kept where it was (none is added: CJK has no spaces)
+        return html.escape(re.sub(r"\s+", " ", text))
+
+    if b <= a:
+        return flat(source.text).strip()
+    return (flat(source.text[:a]) + f"<mark>{flat(source.text[a:b])}</mark>" + flat(source.text[b:])).strip()
+
+
+def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
+    """The current conversation (since "New conversation"); every turn stays in the latency table."""
+    messages = []
+    for turn in (session.conversation() if session else []):
+        messages.append({"role": "user", "content": turn.question})
+        messages.append({"role": "assistant",
+                         "content": (turn.answer or "…") + part_line(turn.part, lang)
+                         + sources_block(turn.sources, lang, turn.unsupported)
+                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
+    return messages
+

@@ -1,0 +1,194 @@
+"""The app's sessions and what they read: the offered models' engines, the cache budget, per-client limits, and each
+session's notes (the read time estimated before its read, its PDF's bytes, whether its parts are being read ahead,
+why its model was chosen). No component here: KvqaApp (app.py) is a Reading with a page."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from dataclasses import replace
+
+import gradio as gr
+
+from kvqa.budget import CacheBudget, budget_for
+from kvqa.config import Config
+from kvqa.documents import Document, combine, document_from_text, load_documents
+from kvqa.engines import Engine, make_engine
+from kvqa.errors import KvqaError
+from kvqa.limits import ClientSessions, client_of
+from kvqa.messages import Message, render, say
+from kvqa.parts import planned_parts, select
+from kvqa.presets import reader_for
+from kvqa.session import Session
+from kvqa.shared import SharedCaches
+from kvqa.store import store_for
+from kvqa.timing import ReadCosts
+from kvqa.uploads import uploaded_file
+
+log = logging.getLogger("kvqa.app")
+
+
+class Reading:
+    """Settings, engines and cache budget, built once, and the reads of every session."""
+
+    def __init__(self, config: Config, engine: Engine, *, budget: CacheBudget | None = None,
+                 behind_proxy: bool = False, models: list[str] | None = None):
+        self.config = config
+        self.engine = engine  # the first model's; others (models) get theirs when first chosen
+        self.models = list(dict.fromkeys([config.model, *(models or [])]))
+        self._engines = {config.model: engine}
+        self.behind_proxy = behind_proxy
+        self._budget = budget
+        self._budget_lock = threading.Lock()
+        self.clients = ClientSessions(config.sessions_per_client)  # to bound how many documents one client opens
+        self.shared = SharedCaches()  # sessions that load the same document share its cache
+        self.read_costs = ReadCosts()  # model -> its latest read's cost here, for the next estimate
+        self.estimates: weakref.WeakKeyDictionary[Session, float] = weakref.WeakKeyDictionary()  # estimated read s
+        self.pdfs: weakref.WeakKeyDictionary[Session, bytes] = weakref.WeakKeyDictionary()  # a PDF's own bytes
+        self.read_ahead_running: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions whose parts are read ahead now
+        self.picked: weakref.WeakSet[Session] = weakref.WeakSet()  # sessions on a model chosen in the list
+        self.model_reasons: weakref.WeakKeyDictionary[Session, Message] = weakref.WeakKeyDictionary()  # not the first
+
+    @property
+    def budget(self) -> CacheBudget:
+        """The process-wide cache budget, sized once (it asks the engine where caches live, loading the model)."""
+        with self._budget_lock:
+            if self._budget is None:
+                self._budget = budget_for(self.engine, self.config)
+            return self._budget
+
+    def new_session(self, session: Session | None, request: gr.Request | None, *,
+                    engine: Engine | None = None) -> Session:
+        """The session in state, or a new one for this client (with `engine`, else the first model's); refused past
+        the per-client number of documents."""
+        if session is not None:
+            return session
+        client = client_of(request, behind_proxy=self.behind_proxy)
+        return self.clients.open(client, lambda: Session(engine or self.engine, self.budget, client=client,
+                                                         shared=self.shared))
+
+    def engine_for(self, model: str) -> Engine:
+        """The engine of one of the offered models, made on first use (its model loads then)."""
+        if model not in self.models:
+            raise KvqaError("model.not_offered", model=model, models=", ".join(self.models))
+        if model not in self._engines:
+            config = replace(self.config, model=model, model_reason=Message("reason.app"))
+            self._engines[model] = make_engine(config, store=store_for(config))
+        return self._engines[model]
+
+    def model_of(self, session: Session) -> str:
+        """The name in the list of models of the one the session's engine runs."""
+        return next((m for m, e in self._engines.items() if e is session.engine), self.models[0])
+
+    def document_from(self, files, text: str | None, lang: str = "en"):
+        """The document a client sent: uploaded files (nothing else on the server is read) and/or pasted text, as
+        one document. A file that cannot be read is named in a warning and the others are read; if none can, the
+        error says why and nothing changes."""
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
+        documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config)
+        if text and text.strip():
+            if len(text) > self.config.max_file_bytes:
+                raise KvqaError("paste.too_long", chars=len(text), limit=self.config.max_file_bytes)
+            documents.append(document_from_text(text))
+        document = combine(documents, problems=problems)  # raises when nothing could be read
+        for problem in problems:
+            gr.Warning(say("file.skipped", lang, problem=render(problem, lang)))
+        return document
+
+    @staticmethod
+    def pdf_of(files, text: str | None) -> bytes | None:
+        """The bytes of the one uploaded PDF that is the whole document (no other file, nothing pasted), else None."""
+        files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
+        if len(files) != 1 or (text and text.strip()) or not str(files[0]).lower().endswith(".pdf"):
+            return None
+        try:
+            return uploaded_file(files[0]).read_bytes()
+        except (KvqaError, OSError):
+            return None
+
+    def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
+        """Read the document (or its part) into the session, saying first how big it is and, once this model has
+        read something here, about how long the read will take; the read's rate then feeds the next estimate. When
+        the document's language calls for another model (kvqa.presets.reader_for) and none was chosen in the list,
+        a new session on that model reads it; the old one is closed only once the read succeeded."""
+        session = self.new_session(session, request)
+        reader = self.reader_session(session, document, request, lang, progress)
+        if reader is not session:
+            try:
+                loaded = self.read(document, reader, request, progress, part=part, lang=lang)
+            except BaseException:
+                reader.close()
+                raise
+            session.close()
+            return loaded
+        progress(0, desc=say("progress.reading", lang))
+        before, estimate = self.before_reading(session.engine, document if part is None else select(document, *part),
+                                               lang)
+        started, ticks = time.perf_counter(), []
+
+        def tick(fraction: float) -> None:  # the read's progress over time: how its cost grows with its length
+            ticks.append((fraction, time.perf_counter() - started))
+            progress(fraction, desc=before)
+
+        changed = session.load(document, part=part, progress=tick)
+        doc = session.prefilled
+        if changed:
+            self.read_ahead(session)
+            self.estimates.pop(session, None)
+            if doc is not None and session.origin == "prefill":
+                if estimate is not None:
+                    self.estimates[session] = estimate
+                self.read_costs.learn(session.engine.info.model, doc.tokens, ticks)
+        return session, changed
+
+    def reader_session(self, session: Session, document, request, lang: str, progress) -> Session:
+        """The session to read `document` in: this one, or a new one on the offered model that reads the document's
+        language (loaded first), unless the model was chosen in the list or named when kvqa started."""
+        if session in self.picked:
+            return session
+        reader = reader_for(self.config.model, self.config.model_reason, document.text, cache_dir=self.config.cache_dir)
+        model = reader[0] if reader and reader[0] in self.models else self.config.model
+        engine = self.engine_for(model)
+        if engine is session.engine:
+            return session
+        progress(0, desc=say("progress.loading_model", lang, model=model))
+        engine.load()
+        fresh = self.new_session(None, request, engine=engine)
+        if reader and model == reader[0]:
+            self.model_reasons[fresh] = reader[1]
+        return fresh
+
+    def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
+        """The progress line while a document is read, with the estimate in it: its size (pages, characters,
+        tokens) and, once this model has read a document here, the read time its cost predicts (else None)."""
+        tokens = engine.count_tokens(document.text)
+        room = engine.info.context_tokens - self.config.reserve_tokens
+        pages = say("status.pages", lang, pages=document.pages) if document.pages else ""
+        parts = (say("progress.parts", lang, parts=planned_parts(document, engine.count_tokens, room))
+                 if tokens > room else "")  # read in parts, the first one now
+        estimate = self.read_costs.estimate(engine.info.model, min(tokens, room))
+        if estimate is None:
+            return say("progress.size", lang, pages=pages, chars=len(document.text), tokens=tokens) + parts, None
+        return say("progress.estimate", lang, pages=pages, chars=len(document.text), tokens=tokens,
+                   seconds=estimate) + parts, estimate
+
+    def read_ahead(self, session: Session) -> bool:
+        """Read a long document's other parts in the background (Session.read_ahead), while the user asks; False
+        when there is nothing to read ahead (one part, a pinned part, or an engine without a disk store)."""
+        if not session.can_read_ahead:
+            return False
+        self.read_ahead_running.add(session)
+
+        def run() -> None:
+            try:
+                session.read_ahead()
+            except KvqaError as e:  # out of memory, the store...: the parts are read when a question needs them
+                log.warning("kvqa: reading ahead stopped: %s", e)
+            finally:
+                self.read_ahead_running.discard(session)
+
+        threading.Thread(target=run, name="kvqa-read-ahead", daemon=True).start()
+        return True

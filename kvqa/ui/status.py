@@ -1,0 +1,67 @@
+"""The document's panel: what was read, by which model and why, how the cache was had and what it holds, how many of
+a long document's parts are ready; and the line under the title that says what the answers promise."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from kvqa.messages import Message, render, say
+from kvqa.presets import language_note
+from kvqa.session import Session, cache_origin
+
+AHEAD_TICK_S = 2.0  # how often the status refreshes while a long document's parts are read ahead
+
+
+class StatusPanel:
+    """Part of KvqaApp (a Reading): the status texts, and the timer's handler that refreshes them (its components
+    status and ahead_timer)."""
+
+    def status_markdown(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> str:
+        """The document's panel in Markdown (reused: the document was already loaded and was not read again)."""
+        if session is None or session.document is None:
+            return say("ui.no_document", lang)
+        doc, info = session.prefilled, session.engine.info
+        if doc is None:
+            return say("status.freed", lang, name=session.document.name)
+        pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
+        note = say("status.reused", lang) if reused else ""
+        part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
+        language = language_note(info.model, session.document.text, cache_dir=self.config.cache_dir)
+        part += f"**{render(language, lang)}**\n\n" if language else ""
+        rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
+        if session.origin == "prefill" and session in self.estimates:
+            rate += say("status.estimated", lang, seconds=self.estimates[session])
+        reason = self.model_reasons.get(session) or (
+            self.config.model_reason if session.engine is self.engine else Message("reason.app"))
+        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
+                 if doc.cache_bytes else say("status.cache_remote", lang))
+        memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
+        parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
+        return (
+            f"**{session.document.name}**{pages}{note}\n\n{part}"
+            f"- {say('status.model', lang, model=info.model, device=info.device, dtype=info.dtype, reason=reason)}\n"
+            f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
+            f"- {render(cache_origin(session), lang)}{rate}\n"
+            f"{parts}"
+            f"- {cache}\n"
+            f"- {memory}"
+        )
+
+    def parts_line(self, session: Session, lang: str = "en") -> str:
+        """For a document cut into parts: how many are ready, and whether the others are being read."""
+        ready, parts = session.parts_ready, len(session.parts)
+        if session in self.read_ahead_running:
+            return say("status.ahead", lang, ready=ready, parts=parts)
+        return say("status.ahead_done" if ready == parts else "status.ahead_later", lang, ready=ready, parts=parts)
+
+    def promise(self, session: Session | None = None, lang: str = "en") -> str:
+        """What the answers are promised to be, for this engine's precision."""
+        info = (session.engine if session is not None else self.engine).info
+        line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.dtype,
+                   guarantee=info.guarantee)
+        return f"<sub>{line}</sub>"
+
+    def on_tick(self, session, lang="en") -> dict:
+        """UI, every few seconds while parts are read ahead: the status, and the timer stops when they are."""
+        return {self.status: self.status_markdown(session, lang),
+                self.ahead_timer: gr.Timer(active=session is not None and session in self.read_ahead_running)}
