@@ -170,6 +170,8 @@ def test_a_client_that_goes_away_mid_answer_leaves_the_session_exact(server):
             break
     job.cancel()  # what a closed tab or a dropped connection does
     assert client.predict(question="What is the secret word?", api_name="/ask") == fresh
+    asked = [a["question"] for a in client.predict(api_name="/export")["answers"]]
+    assert asked == ["What is the secret word?"] * 2  # the cancel landed before the answer ended: no turn of it
 
 
 def test_ending_a_session_frees_its_cache(default_lm):

@@ -52,6 +52,33 @@ def test_drafted_answers_are_the_plain_answers(lm):
         assert drafted > 0 and steps > 0
 
 
+def test_guesses_half_right_keep_the_right_ones_and_leave_no_trace_of_the_rest(tiny_lm, monkeypatch):
+    """Every step's guesses are the plain answer's next two tokens, then wrong ones: the answer is still the plain one
+    (it fails when rejected guesses are kept, in the answer or in the cache), and both kinds of guess happened."""
+    import kvqa.generate as generate
+
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
+    plain = kvqa.answer(tiny_lm, doc, QUESTIONS[0]).token_ids
+    real_init = generate.Drafter.__init__
+
+    def init(self, context, **options):
+        real_init(self, context, **options)
+        self.start = len(self.seq)  # where the answer begins
+
+    def propose(self, k):
+        said = len(self.seq) - self.start
+        right = list(plain[said: said + 2])
+        wrong = [(plain[said + 2] + 1) % tiny_lm.config.vocab_size] if said + 2 < len(plain) else [0]
+        return (right + wrong * k)[:k]
+
+    monkeypatch.setattr(generate.Drafter, "__init__", init)
+    monkeypatch.setattr(generate.Drafter, "propose", propose)
+    fast = kvqa.answer(tiny_lm, doc, QUESTIONS[0], draft_tokens=4)
+    assert fast.token_ids == plain and doc.cache.length == doc.tokens
+    assert fast.timings.drafted_tokens > 0 and fast.timings.rejected_tokens > 0
+    assert fast.timings.decode_steps < len(plain) - 1  # two tokens a step where the guesses held
+
+
 def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(default_lm):
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
     assert penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]  # said: 0 and 1; others unchanged

@@ -194,7 +194,11 @@ def test_a_second_question_while_one_streams_is_refused_not_mixed(tiny_lm):
     with pytest.raises(kvqa.BusyError):
         kvqa.answer(tiny_lm, doc, "Second?")
     first.close()
-    assert kvqa.answer(tiny_lm, doc, "Second?").text is not None
+    second = kvqa.answer(tiny_lm, doc, "Second?")
+    fresh = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    alone = kvqa.answer(tiny_lm, fresh, "Second?")
+    assert second.token_ids == alone.token_ids  # nothing of the first mixed in
+    assert doc.cache.length == doc.tokens and second.timings.question_tokens == alone.timings.question_tokens
 
 
 def test_llama3_template_exact_across_a_date_change(tiny_llama3_lm, monkeypatch):

@@ -188,7 +188,7 @@ def test_a_reader_who_will_not_wait_is_answered_from_the_best_part_ready():
     session.ask(question).answer  # noqa: B018 - runs the answer
     assert len(engine.read) == 1 and session.part_index == 0  # nothing read: part 1 is all that is ready
     assert str(session.notice).startswith("Answering from part 1 of") and "is not read yet" in str(session.notice)
-    assert session.also == len(session.parts) - 1  # offered: ask again in the best part (it would be read then)
+    assert session.also_index == len(session.parts) - 1  # offered: ask again in the best part (it would be read then)
     session.read_ahead()
     read = len(engine.read)
     session.ask(question).answer  # noqa: B018

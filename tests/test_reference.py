@@ -40,12 +40,12 @@ QUESTIONS = ["How much does the jug hold?", "How long should the coffee steep?",
 FOLLOW_UPS = ["How do I clean the filter?", "Is the frame dishwasher safe?", "And how often should I descale?"]
 
 
-@pytest.fixture(scope="module")
 def asked(question: str) -> Question:
     """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
     return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
+@pytest.fixture(scope="module")
 def stock():
     """The default model as transformers loads it, with nothing of kvqa's applied: float32, stock SDPA attention."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -106,3 +106,43 @@ def test_a_three_turn_follow_up_equals_transformers_generate(stock, engine_and_d
         messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]
         history.append((question, answer.text))
     assert len(history) == 3 and doc.cache.length == doc.tokens
+
+
+def room(stock, messages: list[dict]) -> int:
+    """The tokens after the system turn in the chat template's rendering of `messages` (the question's room holds
+    them), counted with the stock tokenizer on the template's own text, cut after the system turn's end token."""
+    tokenizer = stock[1]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    cut = text.index("<|im_end|>") + len("<|im_end|>")
+    return len(tokenizer(text[cut:], add_special_tokens=False)["input_ids"])
+
+
+def test_a_six_turn_follow_up_drops_the_oldest_turns_and_equals_transformers_generate(stock, default_lm):
+    """Six follow-ups in a question room of 160 tokens: each answer is generate's on the template's ids of the turns
+    kvqa kept, and those are the most recent turns that fit (one more would not). Guards the mutations: history
+    dropped from the prompt (fails at the second question), a turn too many kept or one too few."""
+    limit = 160
+    config = kvqa.Config(max_new_tokens=NEW_TOKENS, max_question_tokens=limit, repeat_stop=0, quote_passages=0)
+    session = kvqa.Session(kvqa.LocalEngine(config, lm=default_lm))
+    session.load(kvqa.document_from_text(DOCUMENT))
+    session.remember = True
+    system = {"role": "system", "content": system_text(DOCUMENT)}
+    questions = [*FOLLOW_UPS, "What temperature should the water be?", "Where can I order spare parts?",
+                 "How long does delivery take in Portugal?"]
+    for question in questions:
+        answer = session.ask(question).answer
+        kept = session.turns[-1].follows
+        earlier = [(t.question, t.answer) for t in session.turns[:-1]]
+
+        def conversation(k: int) -> list[dict]:
+            turns = earlier[len(earlier) - k:] if k else []
+            return [system, *({"role": role, "content": text} for pair in turns
+                              for role, text in zip(("user", "assistant"), pair)),
+                    {"role": "user", "content": question}]
+
+        assert answer.token_ids == reference(stock, conversation(kept)), (question, kept)
+        assert room(stock, conversation(kept)) <= limit
+        if kept < len(earlier):
+            assert room(stock, conversation(kept + 1)) > limit, (question, kept)
+    follows = [t.follows for t in session.turns]
+    assert max(follows) >= 2 and follows[-1] < len(questions) - 1, follows  # turns were kept, and some dropped

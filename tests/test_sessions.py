@@ -133,7 +133,10 @@ def test_a_session_does_one_thing_at_a_time(tiny_lm):
     with pytest.raises(kvqa.BusyError):
         session.load(DOCS[1])
     running.close()
-    assert answer(tiny_lm, session, "Another?").text is not None
+    reference = new_session(tiny_lm)
+    reference.load(DOCS[0])
+    assert answer(tiny_lm, session, "Another?").token_ids == answer(tiny_lm, reference, "Another?").token_ids
+    assert session.prefilled.cache.length == session.prefilled.tokens  # the stopped answer left nothing behind
 
 
 def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):

@@ -56,7 +56,10 @@ def test_eight_sessions_loading_one_document_at_once_prefill_it_once(tiny_lm):
     assert len({id(s.prefilled) for s in sessions}) == 1 and len(shared) == 1
     assert sorted(s.origin for s in sessions) == ["memory"] * 7 + ["prefill"]
     assert budget.used_bytes == sessions[0].prefilled.cache_bytes  # one cache, counted once
-    assert all(s.ask(QUESTIONS[0]).answer.text for s in sessions)
+    answers = [s.ask(QUESTIONS[0]).answer.token_ids for s in sessions]
+    alone = Session(CountingEngine(CONFIG, lm=tiny_lm))  # a session of its own, nothing shared
+    alone.load(DOC)
+    assert answers == [alone.ask(QUESTIONS[0]).answer.token_ids] * len(sessions) and answers[0]
     origins = sorted(cache_origin(s).split(":")[0] for s in sessions)
     assert origins == ["read now"] + ["shared with another session"] * 7
 

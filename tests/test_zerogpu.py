@@ -105,11 +105,16 @@ def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(defaul
 
 
 def test_settings_cross_too(default_lm, fake_spaces):
-    """The answer length and the model are the engine's, inside the GPU function as outside."""
-    session = zerogpu_session(kvqa.Config(max_new_tokens=5))
+    """The answer length, the decoding settings and the model are the engine's, inside the GPU function as outside:
+    the answer is the local engine's with the same settings, token for token."""
+    config = kvqa.Config(max_new_tokens=5, draft_tokens=0, repeat_stop=0, quote_passages=0)
+    session = zerogpu_session(config)
     session.load(kvqa.document_from_text(TEXT))
     answer = session.ask("Describe the document in detail.").answer
-    assert answer.timings.new_tokens <= 5 and answer.stop_reason in ("length", "eos")
+    assert 0 < answer.timings.new_tokens <= 5 and answer.stop_reason in ("length", "eos")
+    local = LocalEngine(config, lm=default_lm)
+    expected = ask(local, local.prefill(kvqa.document_from_text(TEXT)), "Describe the document in detail.").answer
+    assert answer.token_ids == expected.token_ids and answer.timings.question_tokens == expected.timings.question_tokens
 
 
 def test_measured_baseline_runs_on_the_gpu_with_the_sessions_model(default_lm, fake_spaces, monkeypatch):
