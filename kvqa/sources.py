@@ -190,13 +190,13 @@ class Ranking:
     def within(self, start: int, end: int, text: str) -> Ranking:
         """The ranking inside self.text[start:end], which is `text`: the passages that overlap it, clipped."""
         assert self.text[start:end] == text, "the part's text is not where it was said to be"
-        spans, rows = [], []
-        for (a, b), row in zip(self.spans, self.rows):
+        spans, keep = [], []  # keep: which of self.spans each clipped span is
+        for i, (a, b) in enumerate(self.spans):
             a, b = max(a, start), min(b, end)
             if b > a and self.text[a:b].strip():
                 spans.append((a - start, b - start))
-                rows.append(row)
-        keep = [self.rows.index(r) for r in rows]
+                keep.append(i)
+        rows = [self.rows[i] for i in keep]
         return Ranking(text, self.question, tuple(spans), self.scores[keep] if keep else np.zeros(0), self.index,
                        tuple(rows))
 
