@@ -58,11 +58,12 @@ def _ask(args: argparse.Namespace) -> int:
     from .store import store_for
 
     config = config_from(args)
-    document = read_paths(args.doc, config=config, stdin=sys.stdin.buffer)
-    part = asked_range(document, pages=args.pages, chars=args.chars)
-    if any(not q.strip() for q in args.question):  # checked again when answering; here, before the model loads
+    if any(not q.strip() for q in args.question):  # checked again when answering; here, before anything is read
         raise KvqaError("cli.empty_question")
     say = _say(chatty=sys.stderr.isatty() and not args.json)  # progress for people; scripts get only the error line
+    document = read_paths(args.doc, config=config, stdin=sys.stdin.buffer,
+                          progress=lambda f, message: say(f"\r{message}", end=""))
+    part = asked_range(document, pages=args.pages, chars=args.chars)
     reader = None if config.engine_url else reader_for(config.model, config.model_reason, document.text,
                                                        cache_dir=config.cache_dir)
     if reader:  # the model that reads the document's language (--model still chooses)
@@ -149,12 +150,14 @@ def _add_engine_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from .documents import TYPES
+
     parser = argparse.ArgumentParser(prog="python -m kvqa", description="Ask questions about a long document; "
                                      "the document is read by the model once.")
     commands = parser.add_subparsers(dest="command")
     ask = commands.add_parser("ask", help="answer questions about a document")
-    ask.add_argument("doc", metavar="DOC", nargs="+", help="a .pdf, .txt or .md file, or - to read text from "
-                     "stdin; several are read as one document, each named")
+    ask.add_argument("doc", metavar="DOC", nargs="+", help=f"a file ({TYPES}; scanned pages and images are read by "
+                     "OCR), or - to read text from stdin; several are read as one document, each named")
     ask.add_argument("--pages", help="a PDF's pages to read, like 14-27 (default: all, or the first that fit)")
     ask.add_argument("--chars", help="a text's characters to read, like 1-40000 (default: all, or the first that fit)")
     ask.add_argument("-q", "--question", action="append", required=True, help="a question (repeat for more)")

@@ -70,6 +70,8 @@ class Config(Decoding):
     max_file_mb: float = 50.0  # largest upload or file read
     max_pdf_pages: int = 2000
     max_pdf_seconds: float = 120.0  # give up extracting a PDF's text after this long
+    max_ocr_pages: int = 100  # scanned pages read by OCR in one document (about 4 s a page on 2 CPU cores)
+    max_image_megapixels: float = 40.0  # largest image (or scanned page) OCR reads
     cache_budget_mb: float | None = None  # all sessions' caches together; None: half the free RAM / GPU memory
     caches_per_client: int = 3  # caches one client address holds at once; its own oldest is evicted first
     sessions_per_client: int = 16  # sessions with a document one client address may have open
@@ -106,7 +108,9 @@ ENVIRONMENT = {
     "model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE", "attn_implementation": "KVQA_ATTENTION",
     "chunk_size": "KVQA_CHUNK_SIZE", "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS",
     "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
-    "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS", "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
+    "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS",
+    "max_ocr_pages": "KVQA_MAX_OCR_PAGES", "max_image_megapixels": "KVQA_MAX_IMAGE_MEGAPIXELS",
+    "cache_budget_mb": "KVQA_CACHE_BUDGET_MB",
     "caches_per_client": "KVQA_CACHES_PER_CLIENT", "sessions_per_client": "KVQA_MAX_SESSIONS_PER_CLIENT",
     "session_ttl_s": "KVQA_SESSION_TTL", "compile": "KVQA_COMPILE", "store_mb": "KVQA_STORE_MB",
     "store_dir": "KVQA_STORE_DIR", "engine_url": "KVQA_ENGINE_URL", "engine_model": "KVQA_ENGINE_MODEL",
@@ -179,6 +183,7 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model"], settings["model_reason"] = choose_model(environ)
     config = replace(defaults, **settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
+               "max_ocr_pages", "max_image_megapixels",
                "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     if config.compile not in ("off", "on"):
         raise KvqaError("config.compile", value=config.compile)

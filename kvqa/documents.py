@@ -1,4 +1,10 @@
-"""Loading documents: text out of .pdf, .txt and .md files or pasted text, with a clear error for every bad input."""
+"""Loading documents: text out of PDFs (scanned pages read by OCR, tables kept), Word, PowerPoint, HTML, EPUB, images,
+.txt and .md files or pasted text, with a clear error for every bad input.
+
+A document of pages (a PDF's pages, a deck's slides, a Word file's or web page's sections, an EPUB's chapters, an
+image) is one text with a visible "[Page n]" line where each page after the first begins: sources and routing cite
+page n.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,25 @@ import io
 import sys
 import time
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import Config
 from .errors import DocumentError
 from .messages import Message
+from .ocr import OcrPage
+from .office import OFFICE_SUFFIXES, read_office
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text")
 PDF_SUFFIXES = (".pdf",)
-SUPPORTED_SUFFIXES = TEXT_SUFFIXES + PDF_SUFFIXES
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")  # read by OCR (kvqa.ocr)
+SUPPORTED_SUFFIXES = PDF_SUFFIXES + OFFICE_SUFFIXES + TEXT_SUFFIXES + IMAGE_SUFFIXES  # the one list: upload box, API,
+#                                                                                     CLI and README name these
+TYPES = ", ".join(SUPPORTED_SUFFIXES)  # as messages name them
+EXPANSION = 4  # an Office or EPUB file may expand (unzipped) to this many times the file size limit
+Progress = Callable[[float, Message], None]  # (fraction done, what is being done), for long reads (OCR)
 
 PAGE_BREAK = "\n\n[Page {n}]\n"  # keeps page boundaries visible to the model and to the reader
 
@@ -59,6 +73,8 @@ class Document:
     pages: int | None = None  # PDF page count (the whole file's), None for text
     page_starts: tuple[int, ...] = ()  # PDF: where each page's text (with its "[Page n]" line) begins in `text`
     part: Part | None = None  # set when this is a part of a longer document (kvqa.parts)
+    scans: Mapping[int, OcrPage] = field(default_factory=dict)  # page -> what OCR read there (its lines' boxes)
+    notes: tuple[Message, ...] = ()  # what the reader should know, e.g. scanned pages where OCR found no text
 
 
 def document_from_text(text: str, *, name: str = "pasted text") -> Document:
@@ -78,21 +94,22 @@ def combine(documents: Sequence[Document], *, problems: Sequence[Message] = ()) 
             raise DocumentError("files.one_unreadable", problem=problems[0])
         raise DocumentError("files.none_readable", problems=list(problems))
     if not documents:
-        raise DocumentError("document.nothing")
+        raise DocumentError("document.nothing", types=TYPES)
     if len(documents) == 1:
         return documents[0]
     n = len(documents)
     text = "\n\n".join(f"=== File {i} of {n}: {d.name} ===\n{d.text}" for i, d in enumerate(documents, start=1))
-    return Document(name=" + ".join(d.name for d in documents), text=text)
+    return Document(name=" + ".join(d.name for d in documents), text=text,
+                    notes=tuple(note for d in documents for note in d.notes))
 
 
-def load_documents(paths: Sequence[str | Path], *,
-                   config: Config = Config()) -> tuple[list[Document], list[Message]]:
+def load_documents(paths: Sequence[str | Path], *, config: Config = Config(),
+                   progress: Progress | None = None) -> tuple[list[Document], list[Message]]:
     """Each file read on its own: (the documents that loaded, one message per file that did not, naming it)."""
     documents, problems = [], []
     for path in paths:
         try:
-            documents.append(load_document(path, config=config))
+            documents.append(load_document(path, config=config, progress=progress))
         except DocumentError as e:
             name = Path(path).name
             named = name in str(e)  # most messages name their file; the others are given its name
@@ -100,14 +117,14 @@ def load_documents(paths: Sequence[str | Path], *,
     return documents, problems
 
 
-def load_document(path: str | Path, *, config: Config = Config()) -> Document:
-    """Read a .pdf, .txt or .md file into a Document, within config's size, page and time limits;
-    raises DocumentError with what to do if it cannot."""
+def load_document(path: str | Path, *, config: Config = Config(), progress: Progress | None = None) -> Document:
+    """Read a file of one of SUPPORTED_SUFFIXES into a Document, within config's size, page and time limits, saying
+    how OCR goes through `progress`; raises DocumentError with what to do if it cannot."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         kind = Message("file.kind_suffix", suffix=suffix) if suffix else Message("file.kind_no_suffix")
-        raise DocumentError("file.unsupported", kind=kind, name=path.name)
+        raise DocumentError("file.unsupported", kind=kind, name=path.name, types=TYPES)
     try:
         size = path.stat().st_size
         if size > config.max_file_bytes:
@@ -121,29 +138,48 @@ def load_document(path: str | Path, *, config: Config = Config()) -> Document:
         raise DocumentError("file.forbidden", path=path) from None
     if not data:
         raise DocumentError("file.zero_bytes", name=path.name)
-    starts: tuple[int, ...] = ()
     if suffix in PDF_SUFFIXES:
-        text, starts = _pdf_text(data, path.name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
-    else:
-        text = _normalise(decode_text(data, name=path.name))
-    if not text.strip():  # a PDF without text has been refused by _pdf_text already
+        return _pdf_document(data, path.name, config=config, progress=progress)
+    if suffix in IMAGE_SUFFIXES:
+        return _image_document(data, path.name, config=config, progress=progress)
+    if suffix in OFFICE_SUFFIXES:
+        pages = read_office(data, suffix, path.name, max_pages=config.max_pdf_pages,
+                            max_expanded_bytes=EXPANSION * config.max_file_bytes)
+        return paged(path.name, [_normalise(p) for p in pages])
+    text = _normalise(decode_text(data, name=path.name))
+    if not text.strip():
         raise DocumentError("file.whitespace", name=path.name)
-    return Document(name=path.name, text=text, pages=len(starts) if starts else None, page_starts=starts)
+    return Document(name=path.name, text=text)
 
 
-def read_paths(paths: Sequence[str], *, config: Config, stdin=None) -> Document:
-    """The files as one document (`kvqa ask`), "-" for the text on stdin (bytes); a file that cannot be read is named
-    on stderr and the others are read; raises when none can be."""
+def paged(name: str, pages: Sequence[str], **extra) -> Document:
+    """A document of pages: their texts joined with a "[Page n]" line before each after the first."""
+    if not any(p.strip() for p in pages):
+        raise DocumentError("file.whitespace", name=name)
+    parts = [(PAGE_BREAK.format(n=n) if n > 1 else "") + p.strip("\n") for n, p in enumerate(pages, start=1)]
+    starts, offset = [], 0
+    for part in parts:
+        starts.append(offset)
+        offset += len(part)
+    return Document(name=name, text="".join(parts), pages=len(parts), page_starts=tuple(starts), **extra)
+
+
+def read_paths(paths: Sequence[str], *, config: Config, stdin=None, progress: Progress | None = None) -> Document:
+    """The files as one document (`kvqa ask`), "-" for the text on stdin (bytes); a file that cannot be read, and
+    what the reader should know (Document.notes), are said on stderr and the others are read; raises when none can
+    be."""
     documents, problems = [], []
     for path in paths:
         if path == "-":
             documents.append(document_from_text(decode_text(stdin.read(), name="standard input"), name="stdin"))
         else:
-            loaded, failed = load_documents([path], config=config)
+            loaded, failed = load_documents([path], config=config, progress=progress)
             documents, problems = documents + loaded, problems + failed
     document = combine(documents, problems=problems)  # raises when nothing could be read
     for problem in problems:  # the others are still read
         print(f"kvqa: skipped: {problem}", file=sys.stderr)
+    for note in document.notes:
+        print(f"kvqa: note: {note}", file=sys.stderr)
     return document
 
 
@@ -165,7 +201,7 @@ def decode_text(data: bytes, *, name: str = "the file") -> str:
             except UnicodeDecodeError:
                 text = data.decode("latin-1")
     if _looks_binary(text):
-        raise DocumentError("file.binary", name=name)
+        raise DocumentError("file.binary", name=name, types=TYPES)
     return text
 
 
@@ -201,8 +237,81 @@ def _normalise(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
 
 
-def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> tuple[str, tuple[int, ...]]:
-    """Extract a PDF's text page by page, with visible page breaks; returns (text, where each page begins in it)."""
+def _pdf_document(data: bytes, name: str, *, config: Config, progress: Progress | None) -> Document:
+    """A PDF's pages: the text layer where there is one (tables written as Markdown tables), OCR where there is none."""
+    page_texts = _pdf_text(data, name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
+    blank = [n for n, t in enumerate(page_texts, start=1) if not t.strip()]
+    if len(blank) > config.max_ocr_pages:  # said before OCR starts: a scan this long would take too long
+        raise DocumentError("scan.too_many_pages", name=name, count=len(blank), limit=config.max_ocr_pages)
+    if len(blank) < len(page_texts):
+        from .tables import pdf_tables
+
+        for n, text in pdf_tables(data, max_seconds=config.max_pdf_seconds).items():
+            page_texts[n - 1] = _normalise(text)
+    scans = _ocr_pages(data, name, blank, config=config, progress=progress) if blank else {}
+    for n, scan in scans.items():
+        page_texts[n - 1] = scan.text
+    if not any(t.strip() for t in page_texts):
+        raise DocumentError("scan.no_text" if scans else "pdf.no_text", name=name)
+    empty = [n for n, scan in scans.items() if not scan.text.strip()]
+    notes = (Message("scan.empty_pages", name=name, pages=", ".join(map(str, empty))),) if empty else ()
+    return paged(name, page_texts, scans=scans, notes=notes)
+
+
+def _ocr_pages(data: bytes, name: str, pages: Sequence[int], *, config: Config,
+               progress: Progress | None) -> dict[int, OcrPage]:
+    """OCR of the PDF's pages `pages` (1-based), each rendered at ocr.SCALE (less if over the image limit)."""
+    import pypdfium2 as pdfium
+
+    from .ocr import SCALE, read_image
+
+    limit = config.max_image_megapixels * 1e6
+    pdf = pdfium.PdfDocument(data)
+    try:
+        scans = {}
+        for i, n in enumerate(pages):
+            if progress:
+                progress(i / len(pages), Message("progress.ocr", name=name, page=n, done=i + 1, count=len(pages)))
+            page = pdf[n - 1]
+            width, height = page.get_width(), page.get_height()
+            scale = min(SCALE, (limit / max(width * height, 1)) ** 0.5)
+            scans[n] = read_image(page.render(scale=scale).to_pil())
+        return scans
+    except pdfium.PdfiumError as e:
+        raise DocumentError("pdf.damaged", name=name, error=type(e).__name__) from None
+    finally:
+        pdf.close()
+
+
+def _image_document(data: bytes, name: str, *, config: Config, progress: Progress | None) -> Document:
+    """An image (PNG, JPEG) read by OCR as a document of one page."""
+    from PIL import Image, UnidentifiedImageError
+
+    from .ocr import read_image
+
+    try:
+        with warnings.catch_warnings():  # Pillow warns of a large image; kvqa's own limit is checked next
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))  # reads the header: the size is known before any pixel is decoded
+        megapixels = image.width * image.height / 1e6
+        if megapixels > config.max_image_megapixels:
+            raise DocumentError("image.too_big", name=name, megapixels=megapixels, limit=config.max_image_megapixels)
+        image.load()
+    except Image.DecompressionBombError:
+        raise DocumentError("image.too_big", name=name, megapixels=float("inf"),
+                            limit=config.max_image_megapixels) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise DocumentError("image.damaged", name=name) from None
+    if progress:
+        progress(0.0, Message("progress.ocr", name=name, page=1, done=1, count=1))
+    scan = read_image(image)
+    if not scan.text.strip():
+        raise DocumentError("scan.no_text", name=name)
+    return paged(name, [scan.text], scans={1: scan})
+
+
+def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> list[str]:
+    """A PDF's text layer page by page ("" for a page without one); raises DocumentError for a PDF kvqa cannot read."""
     import pypdf
     from pypdf.errors import LimitReachedError, PdfReadError, PyPdfError
 
@@ -222,14 +331,12 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
         if count > max_pages:
             raise DocumentError("pdf.too_many_pages", name=name, count=count, limit=max_pages)
         started = time.monotonic()
-        parts, page_texts = [], []
+        page_texts = []
         for n, page in enumerate(pages, start=1):
             if time.monotonic() - started > max_seconds:
                 raise DocumentError("pdf.too_slow", name=name, seconds=max_seconds, page=n, count=count)
             page.get_contents()  # raises LimitReachedError on a decompression bomb; extract_text would hide it
-            page_text = _normalise(page.extract_text() or "")
-            page_texts.append(page_text)
-            parts.append((PAGE_BREAK.format(n=n) if n > 1 else "") + page_text.strip("\n"))
+            page_texts.append(_normalise(page.extract_text() or ""))
     except DocumentError:
         raise
     except (MemoryError, LimitReachedError):
@@ -237,10 +344,4 @@ def _pdf_text(data: bytes, name: str, *, max_pages: int, max_seconds: float) -> 
     except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError,
             RecursionError) as e:
         raise DocumentError("pdf.damaged", name=name, error=type(e).__name__) from None
-    if not any(part.strip() for part in page_texts):
-        raise DocumentError("pdf.no_text", name=name)
-    starts, offset = [], 0
-    for part in parts:
-        starts.append(offset)
-        offset += len(part)
-    return "".join(parts), tuple(starts)
+    return page_texts

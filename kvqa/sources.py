@@ -5,6 +5,11 @@ cannot change the cache, and it costs milliseconds. Passages are runs of whole s
 characters that never cross a heading, a file boundary or a PDF page. Words are lower-cased letters and digits
 without stopwords; CJK runs become overlapping character pairs, so Chinese needs no word segmenter.
 
+Tables (Markdown tables, one line per row: kvqa.tables writes a PDF's tables so) are cut by rows: a line starting
+with '|' is never cut inside ("| Acme Inc. | 12 |" is one row, not two sentences), and each row of a table is a
+passage of its own, indexed with its table's header words and quoted after its header: a question names a row's key
+and a column, and the column's name is only in the header (docs/quality.md, "Reading tables").
+
 - rank(): the question scored once against the passages (a Ranking), before any answer exists: its best passages
   (quoted in the question's turn, and where a long document's question is routed) and, once answered, the answer's
   sources, ranked by the question first, with the answer's words as a second signal, and in each the sentence that
@@ -14,12 +19,15 @@ without stopwords; CJK runs become overlapping character pairs, so Chinese needs
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import bm25s
 import numpy as np
+
+from .tables import ROW, TABLE
 
 PASSAGE_CHARS = 320
 CJK_WEIGHT = 1.5  # a CJK character counts 1 + 1.5 towards PASSAGE_CHARS: Chinese passages of about 130 characters
@@ -75,12 +83,52 @@ def terms(text: str) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class _Table:
+    """A Markdown table in a text: offsets of its header line, of its first row (after the '| --- |' line) and of its
+    end; its header and '| --- |' lines."""
+
+    start: int
+    rows: int
+    end: int
+    head: str
+
+
+def _tables(text: str) -> list[_Table]:
+    """The text's Markdown tables."""
+    found = []
+    for m in TABLE.finditer(text):
+        lines = m.group().split("\n", 2)
+        head = lines[0] + "\n" + lines[1] + "\n"
+        found.append(_Table(m.start(), min(m.start() + len(head), m.end()), m.end(), head))
+    return found
+
+
+def _sentence_ends(pattern: re.Pattern, text: str) -> set[int]:
+    """Where the pattern ends a sentence in the text, except inside a line of a table ("| Acme Inc. | 3.5 |")."""
+    ends = {m.end() for m in pattern.finditer(text)}
+    rows = [(m.start(), m.end()) for m in ROW.finditer(text)] if "|" in text else []
+    if not rows:
+        return ends
+    starts = [a for a, _ in rows]
+
+    def inside(cut: int) -> bool:
+        i = bisect_right(starts, cut) - 1
+        return i >= 0 and rows[i][0] < cut < rows[i][1]
+
+    return {cut for cut in ends if not inside(cut)}
+
+
 def passages(text: str) -> list[tuple[int, int]]:
     """(start, end) offsets of runs of whole sentences of about PASSAGE_CHARS characters (CJK ones weighing more:
     CJK_WEIGHT), covering the text; a run ends before a heading, a file's header or a PDF page marker, whatever its
-    length."""
+    length. Each row of a table is a run, the first with the header and '| --- |' lines above it; a line of a table
+    is never cut."""
     hard = {m.start() for m in _BOUNDARY.finditer(text)}
-    cuts = sorted({m.end() for m in _SENTENCE_END.finditer(text)} | hard | {len(text)})
+    for table in _tables(text):
+        hard |= {table.start, table.end} | {m.start() for m in ROW.finditer(text, table.rows, table.end)}
+        hard.discard(table.rows)  # the first row's passage holds the header: no passage of the table but a row
+    cuts = sorted(_sentence_ends(_SENTENCE_END, text) | hard | {len(text)})
     cjk = [0]  # cjk[i]: CJK characters before offset i
     for c in text:
         cjk.append(cjk[-1] + bool(_CJK.match(c)))
@@ -98,18 +146,24 @@ def passages(text: str) -> list[tuple[int, int]]:
 class _Index:
     spans: list[tuple[int, int]]
     retriever: bm25s.BM25 | None  # None when no passage has a word
+    heads: list[str]  # each passage's table header and '| --- |' lines when it is a table's row without them, else ""
 
 
 @lru_cache(maxsize=32)
 def _index(text: str) -> _Index:
-    """The document's passages and their BM25 index; cached per document text."""
-    spans = passages(text)
-    corpus = [terms(text[a:b]) for a, b in spans]
+    """The document's passages and their BM25 index, a table's rows with its header's words; cached per text."""
+    spans, tables = passages(text), _tables(text)
+    heads, k = [], 0  # both in the text's order
+    for a, _ in spans:
+        while k < len(tables) and tables[k].end <= a:
+            k += 1
+        heads.append(tables[k].head if k < len(tables) and tables[k].start < a else "")
+    corpus = [terms(text[a:b]) + terms(head) for (a, b), head in zip(spans, heads)]
     if not any(corpus):
-        return _Index(spans, None)
+        return _Index(spans, None, heads)
     retriever = bm25s.BM25()
     retriever.index(corpus, show_progress=False)
-    return _Index(spans, retriever)
+    return _Index(spans, retriever, heads)
 
 
 def _scores(index: _Index, query: str) -> np.ndarray:
@@ -142,17 +196,18 @@ class Ranking:
     def candidates(self, limit: int) -> list[tuple[int, str, float]]:
         """(passage number, text, score) of the `limit` best passages, best first: what the question's turn quotes
         and a reranker (kvqa.rerank) reorders, naming passages by their number as `order` does below."""
-        return [(i, self.text[slice(*_trim(self.text, *self.spans[i]))], float(self.scores[i]))
-                for i in _ranked(self.scores)[:limit]]
+        return [(i, self.quoted(i), float(self.scores[i])) for i in _ranked(self.scores)[:limit]]
+
+    def quoted(self, i: int) -> str:
+        """Passage i's text as quoted, trimmed: a table's row after its table's header and '| --- |' lines."""
+        return self.index.heads[self.rows[i]] + self.text[slice(*_trim(self.text, *self.spans[i]))]
 
     def quotes(self, n: int, order: Sequence[int] | None = None) -> list[str]:
-        """The texts of the n passages that best match the question, to quote in its turn; with `order` (passage
-        numbers, best first, from a reranker), its first n instead."""
+        """The texts of the n passages that best match the question, to quote in its turn (quoted); with `order`
+        (passage numbers, best first, from a reranker), its first n instead."""
         if n <= 0:
             return []
-        if order:
-            return [self.text[slice(*_trim(self.text, *self.spans[i]))] for i in order[:n]]
-        return [self.text[a:b] for a, b, _ in self.best(n)]
+        return [self.quoted(i) for i in (order or _ranked(self.scores))[:n]]
 
     def sources(self, answer: str, *, pages: bool = False, limit: int = 3,
                 order: Sequence[int] | None = None) -> list[Source]:
@@ -250,7 +305,7 @@ def _best_sentence(text: str, start: int, end: int, asked: set[str], said: set[s
     """(start, end) of the sentence of text[start:end] sharing the most distinct words with the answer (twice) and
     the question; (start, start) if it shares none."""
     best, best_span = 0, (start, start)
-    cuts = [start] + [start + m.end() for m in _MARK_END.finditer(text[start:end])] + [end]
+    cuts = [start] + sorted(start + cut for cut in _sentence_ends(_MARK_END, text[start:end])) + [end]
     for a, b in zip(cuts, cuts[1:]):
         words = set(terms(text[a:b]))
         shared = 2 * len(words & said) + len(words & asked)

@@ -109,6 +109,32 @@ def make_pdf(pages: list[str]) -> bytes:
     return bytes(pdf.output())
 
 
+SANS = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")  # Debian's fonts-dejavu-core (with python3 here)
+CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei (.ci/run installs it)
+
+
+def scan_image(lines: list[str], *, font: Path = SANS, size: int = 30):
+    """A page as a scanner would give it: an A4 image (150 dpi) of the lines, no text layer."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    if not font.exists():
+        pytest.fail(f"{font} is missing") if os.environ.get("CI") else pytest.skip(f"{font} is not installed")
+    image = Image.new("RGB", (1240, 1754), "white")
+    draw = ImageDraw.Draw(image)
+    for i, line in enumerate(lines):
+        draw.text((100, 150 + i * int(size * 1.6)), line, fill="black", font=ImageFont.truetype(str(font), size))
+    return image
+
+
+def scan_pdf(images) -> bytes:
+    """An image-only PDF of the page images (a scan: no text layer)."""
+    import io
+
+    out = io.BytesIO()
+    images[0].save(out, "PDF", resolution=150.0, save_all=True, append_images=list(images[1:]))
+    return out.getvalue()
+
+
 def as_upload(path: Path) -> str:
     """A copy of the file where Gradio keeps this server's uploads, as an upload through the browser would leave it."""
     from kvqa.uploads import upload_folder

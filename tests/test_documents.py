@@ -61,12 +61,13 @@ BAD = [
     ("blank.txt", b"  \n\t\n  ", "whitespace"),
     ("blank.md", b"\n\n", "whitespace"),
     ("binary.txt", bytes(range(256)) * 20, "binary"),
-    ("image.pdf", None, "no text layer"),
+    ("image.pdf", None, "OCR found no text"),
     ("encrypted.pdf", None, "password"),
     ("truncated.pdf", None, "damaged"),
     ("garbage.pdf", b"%PDF-1.7\n" + b"\x00\xff" * 500, "damaged"),
     ("actually-text.pdf", b"Just some text, not a PDF.", "not a PDF"),
-    ("report.docx", b"PK\x03\x04...", "cannot read '.docx'"),
+    ("report.docx", b"PK\x03\x04...", "damaged"),
+    ("sheet.xlsx", b"PK\x03\x04...", "cannot read '.xlsx'"),
     ("README", b"text", "without an extension"),
 ]
 

@@ -131,8 +131,8 @@ def test_a_message_is_its_english_str_and_survives_pickling():
     assert message == "Read pages 3-3 of 10 of long.pdf, as chosen." and isinstance(message, str)
     again = pickle.loads(pickle.dumps(message))
     assert again == message and render(again, "zh") == "已按所选读取 long.pdf 的第 3-3 页（共 10 页）。"
-    error = pickle.loads(pickle.dumps(DocumentError("pdf.no_text", name="scan.pdf")))
-    assert render(error.message, "zh").startswith("scan.pdf 没有文字层")
+    error = pickle.loads(pickle.dumps(DocumentError("scan.no_text", name="scan.pdf")))
+    assert render(error.message, "zh").startswith("OCR 没有在 scan.pdf 中识别出文字")
 
 
 @pytest.mark.parametrize("header,language", [

@@ -11,8 +11,9 @@ TEXTS: dict[str, tuple[str, str]] = {
         "# kvqa\n模型只读一次你的文档（预填充），并保留它的键值（KV）缓存；之后每个问题只需计算它自己的一轮："
         "问题本身和附在旁边的引文段落。"),
     "ui.model": ("Model (switching reads the document again)", "模型（切换后会重读文档）"),
-    "ui.upload": ("Upload PDF, .txt or .md files (several are read as one document)",
-                  "上传 PDF、.txt 或 .md 文件（多个文件作为一篇文档读取）"),
+    "ui.upload": ("Upload documents: PDF (scans too), Word, PowerPoint, HTML, EPUB, images, .txt, .md (several are "
+                  "read as one document)", "上传文档：PDF（含扫描件）、Word、PowerPoint、HTML、EPUB、图片、.txt、.md"
+                  "（多个文件作为一篇文档读取）"),
     "ui.paste": ("…or paste text", "……或粘贴文字"),
     "ui.read_pasted": ("Read pasted text (with the files above)", "读取粘贴的文字（连同上面的文件）"),
     "ui.sample": ("Load the sample", "加载示例"),

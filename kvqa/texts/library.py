@@ -8,16 +8,16 @@ TEXTS: dict[str, tuple[str, str]] = {
         "The document is empty (or only whitespace): paste or upload some text.",
         "文档是空的（或只有空白）：请粘贴或上传一些文字。"),
     "document.nothing": (
-        "Nothing to read: upload a PDF, .txt or .md file, or paste some text.",
-        "没有可读的内容：请上传 PDF、.txt 或 .md 文件，或粘贴一些文字。"),
+        "Nothing to read: upload a file ({types}), or paste some text.",
+        "没有可读的内容：请上传文件（{types}），或粘贴一些文字。"),
     "files.one_unreadable": ("{problem}", "{problem}"),
     "files.none_readable": ("No file could be read. {problems}", "没有一个文件能读取。{problems}"),
     "file.named_problem": ("{name}: {problem}", "{name}：{problem}"),
     "file.kind_suffix": ("'{suffix}' files", "“{suffix}”文件"),
     "file.kind_no_suffix": ("files without an extension", "没有扩展名的文件"),
     "file.unsupported": (
-        "kvqa cannot read {kind} ({name}): upload a PDF, a .txt or a .md file, or paste the text.",
-        "kvqa 无法读取{kind}（{name}）：请上传 PDF、.txt 或 .md 文件，或粘贴文字。"),
+        "kvqa cannot read {kind} ({name}): upload one of {types}, or paste the text.",
+        "kvqa 无法读取{kind}（{name}）：请上传以下类型之一：{types}；或粘贴文字。"),
     "file.too_big": (
         "{name} is {mb:,.1f} MB; the limit is {limit_mb:,.1f} MB. Split the document or paste the part you need.",
         "{name} 有 {mb:,.1f} MB，上限是 {limit_mb:,.1f} MB。请拆分文档，或粘贴需要的部分。"),
@@ -33,8 +33,34 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{name} starts like {codec} text but is not valid {codec}: re-save it as UTF-8.",
         "{name} 开头像 {codec} 文本，却不是有效的 {codec}：请另存为 UTF-8。"),
     "file.binary": (
-        "{name} does not contain text (its bytes look binary): upload a PDF, a .txt or a .md file.",
-        "{name} 不含文字（内容看起来是二进制）：请上传 PDF、.txt 或 .md 文件。"),
+        "{name} does not contain text (its bytes look binary): save it as PDF or plain text, or name it by its kind "
+        "({types}).",
+        "{name} 不含文字（内容看起来是二进制）：请另存为 PDF 或纯文本，或按其类型命名扩展名（{types}）。"),
+    # ---- scans and images, read by OCR (kvqa.documents, kvqa.ocr)
+    "scan.too_many_pages": (
+        "{name} has {count:,} scanned pages (no text layer); kvqa reads at most {limit:,} by OCR (a few seconds a "
+        "page): upload the pages you need, or a PDF with a text layer.",
+        "{name} 有 {count:,} 页扫描页（没有文字层）；kvqa 最多用 OCR 识别 {limit:,} 页（每页需数秒）：请上传需要的页，"
+        "或带文字层的 PDF。"),
+    "scan.no_text": (
+        "OCR found no text in {name}: check that the scan is sharp and upright, or paste its text.",
+        "OCR 没有在 {name} 中识别出文字：请确认扫描清晰且方向正确，或粘贴它的文字。"),
+    "scan.empty_pages": (
+        "OCR found no text on {name}'s page(s) {pages}: they are left out; check them if they hold text.",
+        "OCR 没有在 {name} 的第 {pages} 页识别出文字：这些页被略过；如果它们有文字，请检查扫描。"),
+    "image.too_big": (
+        "{name} is {megapixels:,.0f} megapixels; kvqa reads images up to {limit:,.0f}: scale it down or crop it.",
+        "{name} 有 {megapixels:,.0f} 百万像素；kvqa 最多读取 {limit:,.0f} 百万像素的图片：请缩小或裁剪。"),
+    "image.damaged": (
+        "{name} is not an image kvqa can open (damaged, or not PNG/JPEG): export it again as PNG or JPEG.",
+        "{name} 不是 kvqa 能打开的图片（已损坏，或不是 PNG/JPEG）：请重新导出为 PNG 或 JPEG。"),
+    "ocr.unavailable": (
+        "This installation cannot run OCR ({why}): install what it needs (`make setup`; on Debian also `apt install "
+        "libgl1 libglib2.0-0`), or upload a PDF with a text layer.",
+        "此安装无法运行 OCR（{why}）：请安装所需组件（`make setup`；Debian 上还需 `apt install libgl1 libglib2.0-0`），"
+        "或上传带文字层的 PDF。"),
+    "progress.ocr": ("Reading {name} by OCR: page {page} ({done} of {count} scanned pages)",
+                     "正在用 OCR 识别 {name}：第 {page} 页（扫描页 {done}/{count}）"),
     "pdf.not_pdf": (
         "{name} is named .pdf but is not a PDF: rename it to .txt if it is text, or export it as PDF again.",
         "{name} 名为 .pdf，却不是 PDF：如果它是文本，请改名为 .txt；否则请重新导出为 PDF。"),
@@ -55,8 +81,48 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{name} is damaged or truncated and cannot be read ({error}): export it as PDF again, or upload its text.",
         "{name} 已损坏或不完整，无法读取（{error}）：请重新导出为 PDF，或上传它的文字。"),
     "pdf.no_text": (
-        "{name} has no text layer (it is probably scanned images): run it through OCR first, or paste its text.",
-        "{name} 没有文字层（可能是扫描的图片）：请先做 OCR 识别，或粘贴它的文字。"),
+        "{name} has no pages to read: export it as PDF again, or paste its text.",
+        "{name} 没有可读的页面：请重新导出为 PDF，或粘贴它的文字。"),
+
+    # ---- Office, HTML and EPUB files (kvqa.office)
+    "office.encrypted_or_old": (
+        "{name} is password-protected or in an old binary Office format (.doc, .ppt): open it, save it again as "
+        "{suffix} without a password (or as PDF), and upload that.",
+        "{name} 设有密码，或是旧的二进制 Office 格式（.doc、.ppt）：请打开它，另存为不带密码的 {suffix}（或 PDF），"
+        "再上传。"),
+    "office.damaged": (
+        "{name} is damaged or is not really a {kind} file ({error}): open it, save it again, and upload that; or "
+        "export it as PDF.",
+        "{name} 已损坏，或并不是真正的 {kind} 文件（{error}）：请打开它重新保存后再上传，或导出为 PDF。"),
+    "office.bomb": (
+        "{name} expands to more than {limit_mb:,.0f} MB when unpacked: upload its text or a PDF of it instead.",
+        "{name} 解压后超过 {limit_mb:,.0f} MB：请改为上传它的文字或 PDF。"),
+    "office.too_many_members": (
+        "{name} holds {count:,} files inside; the limit is {limit:,}: save it again as PDF and upload that.",
+        "{name} 内含 {count:,} 个文件，上限是 {limit:,} 个：请另存为 PDF 再上传。"),
+    "office.too_many_slides": (
+        "{name} has {count:,} slides; the limit is {limit:,}. Split it and upload the part you need.",
+        "{name} 有 {count:,} 张幻灯片，上限是 {limit:,} 张。请拆分后上传需要的部分。"),
+    "office.too_many_sections": (
+        "{name} has {count:,} sections; the limit is {limit:,}. Split it and upload the part you need.",
+        "{name} 有 {count:,} 节，上限是 {limit:,} 节。请拆分后上传需要的部分。"),
+    "office.too_many_chapters": (
+        "{name} has {count:,} chapters; the limit is {limit:,}. Split it and upload the part you need.",
+        "{name} 有 {count:,} 章，上限是 {limit:,} 章。请拆分后上传需要的部分。"),
+    "office.no_text": (
+        "{name} has no text (only pictures, or nothing at all): kvqa reads a file's text, and reads pictures only in "
+        "PDFs and images (OCR). Export it as PDF and upload that, or paste its text.",
+        "{name} 没有文字（只有图片，或什么都没有）：kvqa 读取文件的文字，只对 PDF 和图片文件做 OCR 识别。"
+        "请导出为 PDF 再上传，或粘贴它的文字。"),
+    "office.html_not_text": (
+        "{name} does not look like an HTML page (its bytes look binary, or do not match its encoding): save the page "
+        "again as HTML in UTF-8, or upload it as PDF.",
+        "{name} 看起来不是 HTML 网页（内容像二进制，或与它的编码不符）：请把网页重新保存为 UTF-8 编码的 HTML，"
+        "或上传 PDF。"),
+    "office.epub_drm": (
+        "{name} is protected by DRM, so its text cannot be read: upload a copy without DRM, or paste its text.",
+        "{name} 受 DRM 保护，无法读取它的文字：请上传不带 DRM 的副本，或粘贴它的文字。"),
+
     "upload.foreign": ("That file was not uploaded to this app: upload the file itself (or paste its text).",
                        "这个文件不是上传到本应用的：请上传文件本身（或粘贴它的文字）。"),
     "upload.expired": ("The uploaded file is no longer on the server (uploads expire): upload it again.",

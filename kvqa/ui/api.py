@@ -35,10 +35,11 @@ class Api:
 
     def api_prefill(self, file: str | None = None, text: str | None = None, part: str | None = None, session=None,
                     request: gr.Request = None, progress=gr.Progress()) -> dict:
-        """API: read a document (`text` for pasted text, `file` for an upload; `part`: pages of a PDF or characters
-        of a text to read, like "14-27"); returns the prefill figures and, when only part of it was read, which."""
+        """API: read a document (`text` for pasted text, `file` for an upload of one of documents.SUPPORTED_SUFFIXES;
+        `part`: pages or characters to read, like "14-27"); returns the prefill figures and, when only part of it was
+        read, which."""
         try:
-            document = self.document_from(file, text)
+            document = self.document_from(file, text, progress=progress)
             session, changed = self.read(document, session, request, progress,
                                          part=parse_range(part, document) if part and part.strip() else None)
         except KvqaError as e:

@@ -46,7 +46,8 @@ class EvidenceViewer:
         pdf = self.pdfs.get(session)
         if pdf is not None and source.page is not None:
             try:
-                shown = render_page(pdf, source.page, source.text, source.marked)
+                shown = render_page(pdf, source.page, source.text, source.marked,
+                                    scan=session.whole.scans.get(source.page))
                 page = shown.image
                 note = say("evidence.page" if shown.highlighted else "evidence.page_not_found", lang,
                            page=source.page, seconds=shown.seconds)

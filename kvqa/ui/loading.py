@@ -31,13 +31,13 @@ class Loading:
 
     def on_upload(self, file, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read an uploaded file once; show its figures."""
-        return self.show_read(lambda: self.document_from(file, None, lang), session, lang, request, progress,
+        return self.show_read(lambda: self.document_from(file, None, lang, progress), session, lang, request, progress,
                               pdf=lambda: self.pdf_of(file, None))
 
     def on_paste(self, text, session, files=None, lang="en", request: gr.Request = None,
                  progress=gr.Progress()) -> dict:
         """UI: read pasted text once (with the uploaded files, if any, as one document)."""
-        return self.show_read(lambda: self.document_from(files, text, lang), session, lang, request, progress,
+        return self.show_read(lambda: self.document_from(files, text, lang, progress), session, lang, request, progress,
                               pdf=lambda: self.pdf_of(files, text))
 
     def on_part(self, text, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:

@@ -15,11 +15,12 @@ import gradio as gr
 
 from kvqa.budget import CacheBudget, budget_for
 from kvqa.config import Config
-from kvqa.documents import Document, combine, document_from_text, load_documents
+from kvqa.documents import IMAGE_SUFFIXES, PDF_SUFFIXES, Document, combine, document_from_text, load_documents
 from kvqa.engines import Engine, make_engine
 from kvqa.errors import KvqaError
 from kvqa.limits import ClientSessions, client_of
 from kvqa.messages import Message, render, say
+from kvqa.ocr import image_pdf
 from kvqa.parts import planned_parts, select
 from kvqa.presets import reader_for
 from kvqa.session import Session
@@ -83,12 +84,13 @@ class Reading:
         """The name in the list of models of the one the session's engine runs."""
         return next((m for m, e in self._engines.items() if e is session.engine), self.models[0])
 
-    def document_from(self, files, text: str | None, lang: str = "en"):
+    def document_from(self, files, text: str | None, lang: str = "en", progress=None):
         """The document a client sent: uploaded files (nothing else on the server is read) and/or pasted text, as
         one document. A file that cannot be read is named in a warning and the others are read; if none can, the
-        error says why and nothing changes."""
+        error says why and nothing changes. progress(fraction, desc=...): how a long read (OCR) goes."""
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
-        documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config)
+        said = (lambda f, message: progress(f, desc=render(message, lang))) if progress else None
+        documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config, progress=said)
         if text and text.strip():
             if len(text) > self.config.max_file_bytes:
                 raise KvqaError("paste.too_long", chars=len(text), limit=self.config.max_file_bytes)
@@ -96,17 +98,22 @@ class Reading:
         document = combine(documents, problems=problems)  # raises when nothing could be read
         for problem in problems:
             gr.Warning(say("file.skipped", lang, problem=render(problem, lang)))
+        for note in document.notes:
+            gr.Warning(render(note, lang))
         return document
 
     @staticmethod
     def pdf_of(files, text: str | None) -> bytes | None:
-        """The bytes of the one uploaded PDF that is the whole document (no other file, nothing pasted), else None."""
+        """The bytes of the one uploaded PDF that is the whole document (no other file, nothing pasted), or of an
+        uploaded image as a one-page PDF, else None."""
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
-        if len(files) != 1 or (text and text.strip()) or not str(files[0]).lower().endswith(".pdf"):
+        suffix = os.path.splitext(str(files[0]))[1].lower() if len(files) == 1 else ""
+        if (text and text.strip()) or suffix not in PDF_SUFFIXES + IMAGE_SUFFIXES:
             return None
         try:
-            return uploaded_file(files[0]).read_bytes()
-        except (KvqaError, OSError):
+            data = uploaded_file(files[0]).read_bytes()
+            return data if suffix in PDF_SUFFIXES else image_pdf(data)
+        except (KvqaError, OSError, ValueError):
             return None
 
     def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
