@@ -252,6 +252,25 @@ def test_the_upload_box_offers_exactly_the_files_kvqa_reads():
     assert {".pdf", ".txt", ".md", ".markdown", ".text"} <= set(upload.file_types)
 
 
+def test_the_readme_the_cli_and_the_refusal_name_the_same_kinds(capsys, tmp_path):
+    """Issue 36: the README, `kvqa ask --help` and the message for a file of another kind list kvqa.documents' one
+    list of kinds, all of it."""
+    from pathlib import Path
+
+    import kvqa
+    from kvqa.cli import main
+    from kvqa.documents import SUPPORTED_SUFFIXES
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    with pytest.raises(SystemExit):
+        main(["ask", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    with pytest.raises(kvqa.DocumentError) as refused:
+        kvqa.load_document(tmp_path / "sheet.xlsx")
+    for suffix in SUPPORTED_SUFFIXES:
+        assert f"`{suffix}`" in readme and suffix in helped and suffix in str(refused.value), suffix
+
+
 def test_a_chinese_document_answered_in_chinese(default_lm):
     """CJK end to end through the handlers: the status, the answer's sources and figures, the latency panel,
     and a switch back to English that re-says them."""
