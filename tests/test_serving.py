@@ -111,3 +111,43 @@ def test_an_upload_over_the_limit_is_refused(served):
         small = http.post("gradio_api/upload", files={"files": ("small.txt", b"ferries", "text/plain")})
     assert too_big.status_code == 413, too_big.text
     assert small.status_code == 200 and json.loads(small.text)
+
+
+@pytest.fixture(params=[True, False], ids=["behind a proxy", "direct"])
+def one_document_each(request, monkeypatch):
+    """An app served with one open document per client address, trusting X-Forwarded-For only behind a proxy. Uvicorn
+    (under Gradio) itself takes the client's address from X-Forwarded-For on connections from FORWARDED_ALLOW_IPS,
+    loopback by default; told to trust another address, it leaves loopback connections as a remote client's are, so
+    what is tested is kvqa's own reading of the header."""
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "192.0.2.1")
+    kvqa_app = app_module.KvqaApp(Config(sessions_per_client=1), FakeEngine(), budget=CacheBudget(2**30),
+                                  behind_proxy=request.param)
+    page = kvqa_app.build()
+    port = free_port()
+    app_module.serve(page, kvqa_app, concurrency=2, queue_size=8, host="127.0.0.1", port=port,
+                     prevent_thread_lock=True, quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/", request.param
+    finally:
+        page.close()
+
+
+def test_per_client_limits_hold_through_a_served_app(one_document_each):
+    """Issue 38: several clients by X-Forwarded-For (the proxy appends the address it saw, last), each /prefill call a
+    new session: behind a trusted proxy, a client past its limit is refused and the others are served; served
+    directly, the header is the client's own word and is ignored, so it cannot buy a second document. Kills: the
+    per-client limit removed; X-Forwarded-For ignored behind a proxy; trusted when not behind one."""
+    url, behind_proxy = one_document_each
+
+    def prefill(forwarded_for: str, n: int) -> str:
+        with httpx.Client(base_url=url, timeout=60, headers={"X-Forwarded-For": forwarded_for}) as http:
+            return call(http, "prefill", [None, f"Document number {n} about ferries.", None])
+
+    first = prefill("198.51.100.9, 10.0.0.1", 1)
+    again = prefill("10.0.0.1", 2)  # the same client (the proxy's last entry), another tab
+    other = prefill("198.51.100.9, 10.0.0.2", 3)  # the first entry is the client's own word: not who it is
+    assert "prefilled" in first and "event: error" in again and "1 documents open" in again, again
+    if behind_proxy:
+        assert "prefilled" in other, other
+    else:
+        assert "event: error" in other and "1 documents open" in other, other
