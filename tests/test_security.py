@@ -208,3 +208,52 @@ def test_auth_asks_for_a_login_before_any_api_call(default_lm):
             assert http.post("gradio_api/call/prefill", json={"data": [None, "Some text."]}).status_code == 200
     finally:
         server.stop()
+
+
+@pytest.fixture
+def served_fake():
+    """The app served as `python app.py` serves it, on loopback, with the fake engine (no model)."""
+    import socket
+
+    from fakes import FakeEngine
+    from kvqa.config import Config
+
+    kvqa_app = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
+    page = kvqa_app.build()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app.serve(page, kvqa_app, concurrency=1, queue_size=8, host="127.0.0.1", port=port, prevent_thread_lock=True,
+              quiet=True)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        page.close()
+
+
+def test_paths_gradio_lets_through_are_refused_by_kvqa_itself(served_fake, secret, reads):
+    """Issue 38: over raw HTTP, paths Gradio 6.31 hands on to the handler (inside its upload folder by name: the folder
+    itself, a folder in it, a URL-encoded `..`) meet kvqa's own check, which refuses them without reading
+    and without naming a path; the forms Gradio refuses first (URL-encoded, `file=` routes, `file://`, `~`, NUL) are
+    refused too. Kills: kvqa's path check removed (`uploaded_file` returning the path as given: the replies would then
+    say "is a folder" or "No such file" with the server's path, and a document would be read)."""
+    folder = upload_folder()
+    inside = folder / f"kvqa-test-{secrets.token_hex(4)}"
+    inside.mkdir(parents=True)
+    up = "..%2F" * 6 + "%2F".join(secret.parts[1:])
+    reaches_kvqa = {"the upload folder": str(folder), "a folder in it": str(inside),
+                    "URL-encoded ..": f"{inside}/{up}"}
+    gradio_refuses = {"URL-encoded": str(secret).replace("/", "%2F"), "file= route": f"file={secret}",
+                      "gradio_api/file=": f"{served_fake}gradio_api/file={secret}", "file://": f"file://{secret}",
+                      "~": "~/secret.md", "NUL": f"{secret}\x00.md",
+                      "NUL, then ..": f"{inside}/x.md\x00/../../../{secret}"}
+    with httpx.Client(base_url=served_fake, timeout=60) as http:
+        for kind, path in (reaches_kvqa | gradio_refuses).items():
+            event = http.post("gradio_api/call/prefill", json={"data": [file_data(path), None, None]}).json()
+            reply = sse_text(http, f"gradio_api/call/prefill/{event['event_id']}")
+            assert "event: error" in reply, (kind, reply)
+            if kind in reaches_kvqa:  # kvqa's own words: not an upload, or no upload there (uploads expire)
+                assert "not uploaded to this app" in reply or "no longer on the server" in reply, (kind, reply)
+            assert str(folder) not in reply and str(secret) not in reply and "Traceback" not in reply, (kind, reply)
+            assert secret.read_text() not in reply, kind
+    assert reads == []
