@@ -96,6 +96,9 @@ def diagnose(config: Config, environ) -> list[Check]:
     from .engines import zerogpu_status
 
     checks.append(Check("ZeroGPU", zerogpu_status(environ)))
+    from .ocr import status as ocr_status
+
+    checks.append(Check("OCR (scans, images)", *ocr_status()))
     return checks
 
 

@@ -75,6 +75,18 @@ def image_pdf(data: bytes) -> bytes:
     return out.getvalue()
 
 
+def status() -> tuple[str, str | None]:
+    """Whether scans and images can be read here (`kvqa doctor`): (what runs, None), or ("unavailable", what to do)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        import rapidocr_onnxruntime  # noqa: F401 (imports OpenCV, which needs the system's libGL)
+
+        return f"RapidOCR {version('rapidocr_onnxruntime')}, PP-OCRv4 (English and Chinese)", None
+    except (ImportError, OSError, PackageNotFoundError) as e:
+        return "unavailable", str(DocumentError("ocr.unavailable", why=str(e)))
+
+
 def _ocr():
     """The OCR engine, made once per process (0.3 s)."""
     global _engine

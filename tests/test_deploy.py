@@ -60,7 +60,8 @@ def doctor(env: dict) -> subprocess.CompletedProcess:
 def test_doctor_on_this_cpu_machine(default_lm):
     run = doctor({"KVQA_DEVICE": "cpu", "KVQA_DTYPE": "float32"})  # what it reports is what it was told, anywhere
     assert run.returncode == 0, run.stdout + run.stderr
-    for name in ("model", "device", "dtype", "attention", "context", "memory budget", "ZeroGPU", "HF token"):
+    for name in ("model", "device", "dtype", "attention", "context", "memory budget", "ZeroGPU", "HF token",
+                 r"OCR \(scans, images\)"):
         assert re.search(rf"^{name}\s", run.stdout, re.M), name
     assert "cpu" in run.stdout and "float32" in run.stdout and "8,192 tokens" in run.stdout
     assert "no problems found" in run.stdout

@@ -145,3 +145,19 @@ def test_document_too_long_for_the_context_gives_both_numbers(tiny_lm):
     text = "word " * 5000
     with pytest.raises(kvqa.DocumentTooLong, match=r"The document is [\d,]+ tokens; .* at most [\d,]+"):
         kvqa.prefill(tiny_lm, kvqa.document_from_text(text))
+
+
+def test_without_ocr_a_scan_is_refused_with_the_fix_and_doctor_says_so(tmp_path, monkeypatch):
+    """OpenCV under RapidOCR needs the system's libGL: where it cannot load, a scan gets a message that says what to
+    install, `kvqa doctor` names the problem, and text layers still read."""
+    import sys
+
+    from kvqa import ocr
+
+    monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)  # import fails, as without libGL
+    monkeypatch.setattr(ocr, "_engine", None)
+    with pytest.raises(kvqa.DocumentError, match="cannot run OCR.*libgl1"):
+        kvqa.load_document(write(tmp_path, "scan.pdf", make_pdf([""])))
+    assert "Hello" in kvqa.load_document(write(tmp_path, "typed.pdf", make_pdf(["Hello there."]))).text
+    value, problem = ocr.status()  # what `kvqa doctor` shows on its "OCR (scans, images)" line
+    assert value == "unavailable" and "libgl1" in problem
