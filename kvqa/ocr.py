@@ -24,7 +24,8 @@ import numpy as np
 from .errors import DocumentError
 
 SCALE = 2.0  # pixels per PDF point a scanned page is rendered at for OCR (144 dpi)
-SPACE_GAP = 0.25  # two Latin characters further apart than this many line heights have a space between them
+SPACE_GAP = 0.2  # blank pixel columns this many line heights wide between two Latin characters are a space
+SPACE_GAP_CJK = 0.3  # the same in a line that holds Chinese (CJK fonts set Latin letters loosely)
 PARAGRAPH_GAP = 0.8  # a gap between lines larger than this many line heights starts a paragraph
 _lock = threading.Lock()
 _engine = None
@@ -55,9 +56,8 @@ def read_image(image) -> OcrPage:
     rgb = np.asarray(image.convert("RGB"))
     started = time.perf_counter()
     with _lock:  # one ONNX session; it uses every core already
-        found, _ = _ocr()(rgb, return_word_box=True)
-    boxes = [_box(points, _spaced(text, *rest[:2], height=points[3][1] - points[0][1]))
-             for points, text, _score, *rest in (found or []) if text.strip()]
+        found = _recognise(rgb)
+    boxes = [_box(points, text) for points, text in found if text.strip()]
     lines = _lines(boxes)
     return OcrPage(_text(lines), tuple(lines), image.width, image.height, time.perf_counter() - started)
 
@@ -99,19 +99,54 @@ def _ocr():
     return _engine
 
 
-def _spaced(text: str, char_boxes=None, chars=None, *, height: float) -> str:
-    """The line's text with a space wherever two Latin characters stand apart by more than SPACE_GAP of the line's
-    height: PP-OCR's recogniser (trained on Chinese first) drops some spaces between English words, more often on a
-    page rendered from a PDF; its characters' positions still show the gap."""
-    if not chars or not char_boxes or len(chars) != len(char_boxes) or "".join(chars) != text:
+def _recognise(rgb: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """Each line's quadrilateral (pixels of `rgb`) and text: RapidOCR's detection and recognition run as
+    RapidOCR.__call__ runs them (rapidocr_onnxruntime 1.4.4), but without its 0/180-degree line classifier, which
+    turned upright lines of a scan upside down (they then read as nothing), and with the spaces between words that
+    the Chinese-first recogniser leaves out put back (_spaced)."""
+    engine = _ocr()
+    image, ratio_h, ratio_w = engine.preprocess(rgb)
+    image, record = engine.maybe_add_letterbox(image, {"preprocess": {"ratio_h": ratio_h, "ratio_w": ratio_w}})
+    boxes, _ = engine.auto_text_det(image)
+    if boxes is None:
+        return []
+    crops = engine.get_crop_img_list(image, boxes)
+    read, _ = engine.text_rec(crops, True)
+    boxes = engine._get_origin_points(boxes, record, *rgb.shape[:2])
+    return [(box, _spaced(text, info, crop)) for box, (text, score, info), crop in zip(boxes, read, crops)
+            if score >= engine.text_score]
+
+
+def _spaced(text: str, info, crop: np.ndarray) -> str:
+    """The line's text with a space between two Latin characters wherever the line's image has a run of blank pixel
+    columns at least SPACE_GAP of its height wide between them (SPACE_GAP_CJK in a line with Chinese; never between
+    two digits, whose glyphs are all as wide as the widest, so a "1" stands apart): PP-OCR's recogniser (trained on
+    Chinese first) drops most spaces between English words. Where it put each character is known from its CTC
+    columns (`info`)."""
+    columns, words, places = info[0], info[1], info[2]
+    chars = [(c, x) for word, xs in zip(words, places) for c, x in zip(word, xs)]
+    if len(chars) < 2 or "".join(c for c, _ in chars) != text:
         return text
-    out = chars[0]
-    for (left, c0), (right, c1) in zip(zip(char_boxes, chars), zip(char_boxes[1:], chars[1:])):
-        gap = right[0][0] - left[1][0]
-        if gap > SPACE_GAP * height and not (c0.isspace() or c1.isspace() or _cjk(c0) or _cjk(c1)):
-            out += " "
-        out += c1
-    return out
+    grey = crop.mean(axis=2) if crop.ndim == 3 else crop.astype(float)
+    ink = grey < (np.percentile(grey, 5) + np.percentile(grey, 95)) / 2
+    blank = ~ink.any(axis=0)
+    gap = SPACE_GAP_CJK if any("\u3400" <= c <= "\u9fff" for c, _ in chars) else SPACE_GAP  # Chinese characters
+    cell, least = crop.shape[1] / columns, gap * crop.shape[0]
+    out = [chars[0][0]]
+    for (a, left), (b, right) in zip(chars, chars[1:]):
+        if not (a.isspace() or b.isspace() or _cjk(a) or _cjk(b) or a.isdigit() and b.isdigit()) \
+                and _longest_run(blank[int((left + 0.5) * cell):int((right + 0.5) * cell) + 1]) >= least:
+            out.append(" ")
+        out.append(b)
+    return "".join(out)
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
 
 
 def _box(points: Sequence[Sequence[float]], text: str) -> Line:
