@@ -266,7 +266,10 @@ def _ocr_pages(data: bytes, name: str, pages: Sequence[int], *, config: Config,
     from .ocr import SCALE, read_image
 
     limit = config.max_image_megapixels * 1e6
-    pdf = pdfium.PdfDocument(data)
+    try:
+        pdf = pdfium.PdfDocument(data)  # pypdf read it; pdfium may still refuse it
+    except pdfium.PdfiumError as e:
+        raise DocumentError("pdf.damaged", name=name, error=type(e).__name__) from None
     try:
         scans = {}
         for i, n in enumerate(pages):
