@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         print("kvqa: warning: --share makes this app reachable by anyone who has the link, for 72 hours, and lets "
               "them use this machine's model and memory; add --auth user:password to require a login.",
               file=sys.stderr)
-    print(f"kvqa: {info.model} on {info.device} ({info.dtype}), {info.kind} engine, loaded in {info.load_s:.1f} s")
+    print(f"kvqa: {info.model} on {info.device} ({info.precision}), {info.kind} engine, loaded in {info.load_s:.1f} s")
     page = served.build() if served is not kvqa_app else demo
     serve(page, served, concurrency=args.concurrency, queue_size=args.queue_size, host=args.host, port=args.port,
           share=args.share, auth=auth)

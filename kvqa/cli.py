@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
     flags = ("model", "engine_url", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens",
-             "temperature", "repeat_stop", "draft_tokens", "compile")
+             "temperature", "repeat_stop", "draft_tokens", "compile", "weights")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -73,7 +73,7 @@ def _ask(args: argparse.Namespace) -> int:
     store = None if args.no_store or args.no_cache else store_for(config)
     engine = make_engine(config, store=store)
     info = engine.load()
-    say(f"loaded {info.model} on {info.device} ({info.dtype}) in {info.load_s:.1f} s")
+    say(f"loaded {info.model} on {info.device} ({info.precision}) in {info.load_s:.1f} s")
     session = Session(engine, recompute=args.no_cache)
     progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
     session.load(document, part=part, progress=progress)
@@ -140,6 +140,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                    "Chinese document)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
+    p.add_argument("--weights", help="the weights' form: auto, fp32 or int8 (one byte a weight, on a CPU; default: "
+                   "auto, int8 on a CPU in float32, or $KVQA_WEIGHTS); bench: a comma-separated list, each run in turn")
     p.add_argument("--compile", choices=("on", "off"), help="decode through torch.compile on a fixed-shape cache "
                    "(CUDA graphs on a GPU); the first answer pays the compile (default: off, or $KVQA_COMPILE)")
 

@@ -63,6 +63,7 @@ class Config(Decoding):
     device: str = "auto"  # auto: cuda, then mps, then cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
     attn_implementation: str = "auto"  # auto: flash_attention_2 on cuda when installed, else sdpa
+    weights: str = "auto"  # fp32 or int8 (kvqa.weights); auto: int8 on a CPU in float32, else the loaded weights
     chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve
@@ -106,6 +107,7 @@ class Config(Decoding):
 
 ENVIRONMENT = {
     "model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE", "attn_implementation": "KVQA_ATTENTION",
+    "weights": "KVQA_WEIGHTS",
     "chunk_size": "KVQA_CHUNK_SIZE", "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS",
     "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS",

@@ -46,10 +46,10 @@ class GemmaStep:
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden), scaled by sqrt(hidden)
         at = torch.tensor([[position]])
         rope = {kind: model.rotary_emb(x, at, kind) for kind in set(self.kinds)}  # (1, 1, D) cos, sin per kind
-        for layer, kind, qkv_weight, gate_up_weight, held in zip(model.layers, self.kinds, self.qkv, self.gate_up,
+        for layer, kind, qkv_proj, gate_up_proj, held in zip(model.layers, self.kinds, self.qkv, self.gate_up,
                                                                  cache.layers):
             attn = layer.self_attn
-            qkv = F.linear(layer.input_layernorm(x), qkv_weight)  # (1, 1, (H + 2 KV) D)
+            qkv = qkv_proj(layer.input_layernorm(x))  # (1, 1, (H + 2 KV) D)
             q = attn.q_norm(qkv[..., : h * d].view(1, 1, h, d).transpose(1, 2))  # (1, H, 1, D)
             k = attn.k_norm(qkv[..., h * d: (h + kv) * d].view(1, 1, kv, d).transpose(1, 2))  # (1, KV, 1, D)
             cos, sin = (t.unsqueeze(1) for t in rope[kind])
@@ -62,7 +62,7 @@ class GemmaStep:
             out = F.scaled_dot_product_attention(q.reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
             x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d)))
-            gate, up = F.linear(layer.pre_feedforward_layernorm(x), gate_up_weight).chunk(2, dim=-1)
+            gate, up = gate_up_proj(layer.pre_feedforward_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.post_feedforward_layernorm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))
         cache.advance(1)
         return self.model.lm_head(model.norm(x))[:, -1]

@@ -439,11 +439,13 @@ def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator 
 
 # ---- the promise --------------------------------------------------------------------------------------------------
 
-def guarantee(dtype: str, *, compiled: bool = False) -> Message:
+def guarantee(dtype: str, *, compiled: bool = False, weights: str = "fp32") -> Message:
     """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py (and, for the compiled
-    decode step, tests/test_compile.py) prove it."""
+    decode step, tests/test_compile.py; for int8 weights, tests/test_weights.py) prove it."""
     if compiled:  # test_compile.py proves the same-chunks promise only
         return Message("promise.compiled")
+    if weights == "int8":  # products round their inputs to bfloat16 (kvqa.weights): the same-chunks promise only
+        return Message("promise.int8")
     if dtype == "float32":
         return Message("promise.float32")
     return Message("promise.half", dtype=dtype)

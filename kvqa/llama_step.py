@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
 from .cache import KVCache
+from .weights import fuse
 
 
 def supports(model, device: torch.device) -> bool:
@@ -27,23 +28,12 @@ def supports(model, device: torch.device) -> bool:
             and not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False))
 
 
-def _fuse(*linears: torch.nn.Linear) -> torch.Tensor:
-    """One matrix holding the linears' weights, one under the other; each linear's weight becomes a view of it."""
-    fused = torch.cat([linear.weight for linear in linears])
-    start = 0
-    for linear in linears:
-        rows = linear.weight.shape[0]
-        linear.weight = torch.nn.Parameter(fused[start: start + rows], requires_grad=False)
-        start += rows
-    return fused
-
-
 @torch.no_grad()
-def fuse_layers(model) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Per layer, q|k|v and gate|up as one matrix each (the modules' weights become views of them)."""
+def fuse_layers(model) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
+    """Per layer, q|k|v and gate|up as one module each (the modules' weights become views of its matrix)."""
     layers = model.model.layers
-    return ([_fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers],
-            [_fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers])
+    return ([fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers],
+            [fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers])
 
 
 class LlamaStep:
@@ -63,9 +53,9 @@ class LlamaStep:
         assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden)
         cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
-        for layer, qkv_weight, gate_up_weight, held in zip(model.layers, self.qkv, self.gate_up, cache.layers):
+        for layer, qkv_proj, gate_up_proj, held in zip(model.layers, self.qkv, self.gate_up, cache.layers):
             attn = layer.self_attn
-            qkv = F.linear(layer.input_layernorm(x), qkv_weight)  # (1, 1, (H + 2 KV) D)
+            qkv = qkv_proj(layer.input_layernorm(x))  # (1, 1, (H + 2 KV) D)
             qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
             qk = qk * cos + rotate_half(qk) * sin  # apply_rotary_pos_emb, queries and keys at once
             held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
@@ -74,7 +64,7 @@ class LlamaStep:
             out = F.scaled_dot_product_attention(qk[:, :h].reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
             x = x + attn.o_proj(out.reshape(1, 1, h * d))
-            gate, up = F.linear(layer.post_attention_layernorm(x), gate_up_weight).chunk(2, dim=-1)
+            gate, up = gate_up_proj(layer.post_attention_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         cache.advance(1)
         return self.model.lm_head(model.norm(x))[:, -1]

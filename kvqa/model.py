@@ -22,6 +22,7 @@ from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
 from .offline import SMOLLM2, model_dir, offline_model
+from .weights import choose_weights, quantize, weight_bytes
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -43,6 +44,8 @@ class LoadedModel:
     decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
     step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.llama_step,
     # kvqa.gemma_step)
+    weights: str = "fp32"  # the weights' form (kvqa.weights): fp32 as loaded, or int8
+    weight_bytes: int = 0  # what the weights hold in memory
 
     @property
     def config(self):
@@ -55,7 +58,9 @@ _lock = threading.Lock()
 
 def load_model(config: Config = Config()) -> LoadedModel:
     """The model named by config, loaded on first use and shared by every caller in the process."""
-    key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile)
+    device = choose_device(config.device)
+    weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device))  # "auto" and its form: one
+    key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile, weights)
     with _lock:
         if key not in _loaded:
             _loaded[key] = _load(config)
@@ -126,13 +131,13 @@ def _load(config: Config) -> LoadedModel:
     except (OSError, ValueError, ImportError) as e:
         raise ModelError(_load_failure(config.model, e)) from None
     return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
-                   compile=config.compile == "on")
+                   compile=config.compile == "on", weights=config.weights)
 
 
 def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
-            compile: bool = False) -> LoadedModel:
-    """Check a model is supported, move it to its device in eval mode, and describe it. compile: decode through
-    compiled_decode_step()."""
+            compile: bool = False, weights: str = "fp32") -> LoadedModel:
+    """Check a model is supported, move it to its device in eval mode, put its weights in the form named
+    (kvqa.weights.choose_weights), and describe it. compile: decode through compiled_decode_step()."""
     if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
         import transformers
 
@@ -141,6 +146,8 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if reason:
         raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
+    weights = choose_weights(weights, device, next(model.parameters()).dtype)
+    quantize(model, weights)
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(GROUPED_SDPA)
@@ -162,6 +169,8 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         load_s=time.perf_counter() - load_started if load_started else 0.0,
         decode_step=compiled_decode_step(model, device) if compile else None,
         step=written_out_step(model, device),
+        weights=weights,
+        weight_bytes=weight_bytes(model),
     )
 
 

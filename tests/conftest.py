@@ -20,6 +20,9 @@ from kvqa.model import prepare
 # Tests never write into the user's cache folder, and most count prefills: the disk tier of caches is off unless a
 # test turns it on in its own folder (tests/test_store.py). Subprocesses (CLI, app) inherit this.
 os.environ["KVQA_STORE_MB"] = "0"
+# The suite proves float32's promises (answers token for token a recompute in one go) on float32 weights, in this
+# process and in the CLI and app it starts; tests/test_weights.py proves int8's, the CPU's default (kvqa.weights).
+os.environ["KVQA_WEIGHTS"] = "fp32"
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ASSETS = Path(__file__).parent.parent / "assets"
@@ -41,16 +44,17 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def default_lm() -> kvqa.LoadedModel:
-    return kvqa.load_model(kvqa.Config())
+    return kvqa.load_model(kvqa.Config(weights="fp32"))
 
 
 @pytest.fixture(scope="session")
 def gemma_lm() -> kvqa.LoadedModel:
     """The second offline model, Gemma 3 270M (pretrained; sliding-window layers; no chat template)."""
-    return kvqa.load_model(kvqa.Config(model="gemma-3-270m"))
+    return kvqa.load_model(kvqa.Config(model="gemma-3-270m", weights="fp32"))
 
 
-def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32) -> kvqa.LoadedModel:
+def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32,
+               weights: str = "fp32") -> kvqa.LoadedModel:
     """A randomly initialised 2-layer Llama with the tokenizer's vocabulary, in the manner of transformers' tests."""
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -62,7 +66,7 @@ def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype 
         for p in model.parameters():
             if p.dim() > 1:
                 p.normal_(0, 0.2)
-    return prepare(model.to(dtype), tokenizer, name="tiny-llama", device=torch.device("cpu"))
+    return prepare(model.to(dtype), tokenizer, name="tiny-llama", device=torch.device("cpu"), weights=weights)
 
 
 @pytest.fixture(scope="session")

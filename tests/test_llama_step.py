@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
-from kvqa.bench.memory import weight_bytes
 from kvqa.cache import new_cache
 from kvqa.generate import decode_one_token, run_chunks
 from kvqa.llama_step import supports
 from kvqa.model import prepare
+from kvqa.weights import weight_bytes
 
 TEXT = "The secret word is pelican. " + " ".join(f"Item {i} costs {i * 7} euros." for i in range(60))
 
@@ -62,7 +62,7 @@ def test_other_shapes_of_grouped_attention_step_the_same(tiny_lm, tiny_llama3_lm
         assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
 
 
-def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32):
+def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32, weights: str = "fp32"):
     """A random Gemma 3 text model: five sliding-window layers (16 positions) and a global one, 4 heads on 2."""
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
@@ -72,7 +72,7 @@ def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32):
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)  # the norms' weights too: Gemma's start at 0 (scale 1 + w)
-    return prepare(model.to(dtype), tokenizer, name="tiny-gemma", device=torch.device("cpu"))
+    return prepare(model.to(dtype), tokenizer, name="tiny-gemma", device=torch.device("cpu"), weights=weights)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -89,13 +89,13 @@ def test_gemma_steps_as_its_forward_does_bit_for_bit_past_the_window(default_lm,
 
 def test_fused_projections_are_the_modules_own_weights(default_lm):
     """q|k|v and gate|up run as one matrix each, and the modules' weights are views of it: nothing is held twice."""
-    layer, fused = default_lm.model.model.layers[3], default_lm.step.qkv[3]
+    layer, fused = default_lm.model.model.layers[3], default_lm.step.qkv[3].weight
     attn = layer.self_attn
     assert fused.shape[0] == attn.q_proj.weight.shape[0] + attn.k_proj.weight.shape[0] + attn.v_proj.weight.shape[0]
     for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
         assert proj.weight.untyped_storage().data_ptr() == fused.untyped_storage().data_ptr()
     assert (layer.mlp.up_proj.weight.untyped_storage().data_ptr()
-            == default_lm.step.gate_up[3].untyped_storage().data_ptr())
+            == default_lm.step.gate_up[3].weight.untyped_storage().data_ptr())
     held = {p.untyped_storage().data_ptr() for p in default_lm.model.parameters()}
     assert len(held) < len(list(default_lm.model.parameters()))  # shared storages, counted once by weight_bytes
     assert weight_bytes(default_lm.model) == sum(p.nbytes for p in default_lm.model.parameters())

@@ -20,8 +20,9 @@ line) uses `methods` (the three runners), `report` (table, targets, plot) and `m
 config); `methods` uses `memory` (the probes). None of kvqa's library modules imports the bench.
 """
 
+from ..weights import weight_bytes
 from .errors import BenchError
-from .memory import Bandwidth, PeakMemory, read_bandwidth, weight_bytes
+from .memory import Bandwidth, PeakMemory, read_bandwidth
 from .methods import METHODS, PREFILL_REPEATS, RUNNERS, decode_floor, run_kvqa, run_recompute, run_seed
 from .models import CONFIGS, FoldedTokenizer, config_path, random_init_model
 from .report import format_table, target_checks, write_plot

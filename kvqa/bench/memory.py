@@ -92,11 +92,6 @@ class PeakMemory:
 # The floor of a decode step: every weight and every cached key and value read once, at this machine's bandwidth
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes held by the model's parameters, tied ones (one storage under two names) counted once."""
-    return sum({p.data_ptr(): p.nbytes for _, p in model.named_parameters(remove_duplicate=False)}.values())
-
-
 @dataclass(frozen=True)
 class Bandwidth:
     """This machine's memory read bandwidth, as torch reads it with its current threads."""

@@ -24,8 +24,9 @@ from ..rerank import quoted
 from ..results import Question
 from ..sources import rank
 from ..timing import now
+from ..weights import weight_bytes
 from .errors import BenchError
-from .memory import Bandwidth, PeakMemory, weight_bytes
+from .memory import Bandwidth, PeakMemory
 
 METHODS = ("recompute", "seed", "kvqa")
 

@@ -91,4 +91,4 @@ def random_init_model(path: str | Path, config: Config) -> LoadedModel:
     if vocab < len(tokenizer):
         tokenizer = FoldedTokenizer(tokenizer, vocab)
     return prepare(model, tokenizer, name=f"random-init {path.stem}", device=device, load_started=started,
-                   compile=config.compile == "on")
+                   compile=config.compile == "on", weights=config.weights)

