@@ -14,6 +14,7 @@ from .config import Config
 from .errors import ModelError
 from .model import choose_attention, choose_device, choose_dtype
 from .offline import installed, offline_model
+from .weights import choose_weights
 
 GATED_PREFIXES = ("meta-llama/",)
 
@@ -73,6 +74,12 @@ def diagnose(config: Config, environ) -> list[Check]:
     except ModelError as e:
         checks.append(Check("device", config.device, str(e)))
         device, dtype = torch.device("cpu"), torch.float32
+    try:
+        weights = choose_weights(config.weights, device, dtype)
+        checks.append(Check("weights", weights + (" (one byte a weight; --weights fp32 for float32's)"
+                                                  if weights == "int8" else "")))
+    except ModelError as e:
+        checks.append(Check("weights", config.weights, str(e)))
 
     if model_config is not None:
         reason = unsupported_reason(model_config)
