@@ -75,7 +75,7 @@ def diagnose(config: Config, environ) -> list[Check]:
         checks.append(Check("device", config.device, str(e)))
         device, dtype = torch.device("cpu"), torch.float32
     try:
-        weights = choose_weights(config.weights, device, dtype)
+        weights = choose_weights(config.weights, device, dtype, compile=config.compile == "on")
         checks.append(Check("weights", weights + (" (one byte a weight; --weights fp32 for float32's)"
                                                   if weights == "int8" else "")))
     except ModelError as e:

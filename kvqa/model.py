@@ -59,7 +59,8 @@ _lock = threading.Lock()
 def load_model(config: Config = Config()) -> LoadedModel:
     """The model named by config, loaded on first use and shared by every caller in the process."""
     device = choose_device(config.device)
-    weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device))  # "auto" and its form: one
+    weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device),  # "auto" and its form: one
+                             compile=config.compile == "on")
     key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile, weights)
     with _lock:
         if key not in _loaded:
@@ -146,7 +147,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if reason:
         raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
-    weights = choose_weights(weights, device, next(model.parameters()).dtype)
+    weights = choose_weights(weights, device, next(model.parameters()).dtype, compile=compile)
     quantize(model, weights)
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":

@@ -83,11 +83,12 @@ def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, scales
 
 
-def choose_weights(name: str, device: torch.device, dtype: torch.dtype) -> str:
-    """The form Config.weights names; auto: int8 on a CPU for a float32 model (docs/performance.md measures why),
-    else fp32 (the loaded weights unchanged)."""
+def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, compile: bool = False) -> str:
+    """The form Config.weights names; auto: int8 on a CPU for a float32 model (docs/performance.md measures why)
+    unless the decode step is compiled (Config.compile, tested on float32 weights), else fp32 (the loaded weights
+    unchanged)."""
     if name == "auto":
-        return "int8" if device.type == "cpu" and dtype == torch.float32 else "fp32"
+        return "int8" if device.type == "cpu" and dtype == torch.float32 and not compile else "fp32"
     if name not in FORMS:
         raise ModelError("model.unknown_weights", name=name, forms=", ".join(("auto",) + FORMS))
     if name == "int8" and (device.type != "cpu" or dtype != torch.float32):

@@ -15,8 +15,8 @@ from kvqa.config import Config
 from kvqa.documents import Document, document_from_text
 from kvqa.export import from_json, session_dict, to_json, to_markdown
 
-CLI_KEYS = {"format", "model", "engine", "dtype", "exact_vs_recompute", "guarantee", "document", "context_tokens",
-            "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}  # tests/test_cli.py's
+CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document",
+            "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
 ANSWER_KEYS = {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason", "sources",
                "unsupported", "part", "also"}
 PAGES = ["The harbour ferry leaves at nine every morning.", "渡轮每天早上九点从港口出发，票价十元。",

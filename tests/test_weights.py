@@ -151,6 +151,7 @@ def test_the_form_is_chosen_or_refused_with_a_message():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert choose_weights("auto", cpu, torch.float32) == "int8"
     assert choose_weights("auto", cpu, torch.bfloat16) == "fp32"
+    assert choose_weights("auto", cpu, torch.float32, compile=True) == "fp32"  # compiled step: tested in float32
     assert choose_weights("auto", cuda, torch.bfloat16) == "fp32"
     assert choose_weights("fp32", cpu, torch.float32) == "fp32"
     with pytest.raises(ModelError) as unknown:
