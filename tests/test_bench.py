@@ -37,7 +37,7 @@ TINY_CONFIG = {  # a 2-layer Llama with a vocabulary smaller than the tokenizer'
 
 
 def check_result(result: dict, contexts: list[int], questions: int, max_new_tokens: int) -> None:
-    assert set(result) == {"machine", "model", "compiled_decode", "warm_up_s", "results"}
+    assert set(result) == {"machine", "model", "compiled_decode", "weights", "weight_bytes", "warm_up_s", "results"}
     assert {"cpu", "cores", "torch", "device", "dtype", "date", "gpu", "bandwidth_gb_s"} <= set(result["machine"])
     assert result["machine"]["bandwidth_gb_s"] > 0
     rows = result["results"]
