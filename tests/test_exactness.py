@@ -28,6 +28,20 @@ def assert_unchanged(doc: kvqa.PrefilledDocument, before) -> None:
         assert torch.equal(k, k0) and torch.equal(v, v0)
 
 
+def assert_question_logits_as_in_the_same_chunks(lm, doc, question: str, chunk_size: int) -> None:
+    """The question's logits from the prefilled cache equal, bit for bit, those of a scratch cache read in the same
+    chunks; the cache is rolled back after."""
+    ids = list(doc.ids) + doc.prompt.suffix_ids(question)
+    with torch.no_grad():
+        scratch = new_cache(lm.config, len(ids))
+        for start in range(0, doc.tokens, chunk_size):
+            run_chunks(lm, ids[start: min(start + chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
+        fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))
+        cached = run_chunks(lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
+    doc.cache.rollback(doc.tokens)
+    assert torch.equal(fresh, cached)  # the logits, bit for bit
+
+
 @pytest.fixture(params=["tiny", "smollm2"])
 def lm(request, tiny_lm, default_lm):
     return tiny_lm if request.param == "tiny" else default_lm
@@ -67,15 +81,7 @@ def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_th
                                           same_schedule=True, draft_tokens=draft)
         assert cached.token_ids == again.token_ids and cached.text == again.text, question
         assert_unchanged(doc, before)
-    ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS[0])
-    with torch.no_grad():
-        scratch = new_cache(lm.config, len(ids))
-        for start in range(0, doc.tokens, config.chunk_size):
-            run_chunks(lm, ids[start: min(start + config.chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
-        fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))
-        cached = run_chunks(lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
-    doc.cache.rollback(doc.tokens)
-    assert torch.equal(fresh, cached)  # the logits, bit for bit
+    assert_question_logits_as_in_the_same_chunks(lm, doc, QUESTIONS[0], config.chunk_size)
 
 
 def test_the_promise_follows_the_precision(default_lm, half_lms):

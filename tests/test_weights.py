@@ -18,12 +18,11 @@ from conftest import tiny_llama
 from kvqa.bench import run_bench
 from kvqa.bench.report import format_table
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
-from kvqa.cache import new_cache
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
-from kvqa.generate import run_chunks
 from kvqa.store import weights_fingerprint
 from kvqa.weights import DEQUANTIZE_ROWS, Int8Embedding, Int8Linear, choose_weights, int8_rows, weight_bytes
+from test_exactness import assert_question_logits_as_in_the_same_chunks
 from test_llama_step import steps_both_ways, tiny_gemma
 
 TEXT = ("The secret word is pelican. The museum opens at 9 am on weekdays and at noon on Sundays. "
@@ -126,15 +125,7 @@ def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8, 
         assert cached.token_ids == again.token_ids and len(cached.token_ids) > 0, question
         assert doc.cache.length == doc.tokens
         assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(doc.cache.tensors(), before))
-    ids = list(doc.ids) + doc.prompt.suffix_ids(QUESTIONS_ASKED[0])
-    with torch.no_grad():
-        scratch = new_cache(lm.config, len(ids))
-        for start in range(0, doc.tokens, config.chunk_size):
-            run_chunks(lm, ids[start: min(start + config.chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
-        fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))
-        cached = run_chunks(lm, ids[doc.tokens:], doc.cache, chunk_size=len(ids))
-    doc.cache.rollback(doc.tokens)
-    assert torch.equal(fresh, cached)
+    assert_question_logits_as_in_the_same_chunks(lm, doc, QUESTIONS_ASKED[0], config.chunk_size)
 
 
 def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, default_lm):
