@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .errors import ModelError
 
-FORMS = ("fp32", "int8")  # what Config.weights names ("auto": int8 on a CPU for a float32 model, else fp32)
+FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
 MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
 DEQUANTIZE_ROWS = 128  # from this many rows on (a prefill chunk), int8 rows are widened to float32 for one product
 

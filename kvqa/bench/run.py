@@ -209,9 +209,8 @@ def side_by_side(runs: list[dict]) -> dict:
     return {**runs[0], "weights": [run["weights"] for run in runs], "results": results}
 
 
-def _store_bench(lm: LoadedModel, text: str, name: str, contexts: list[int], args, config: Config) -> int:
+def _store_bench(lm: LoadedModel, text: str, name: str, contexts: list[int], args, config: Config, say) -> int:
     """`bench --store`: restoring each context's cache from the disk tier against prefilling it."""
-    say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
     prompt = prompt_for(lm.tokenizer)
     text_ids = lm.tokenizer(long_text(text, lm.tokenizer, max(contexts) + 64), add_special_tokens=False)["input_ids"]
     documents = [cut_document(prompt, text_ids, n, name=name) for n in sorted(contexts)]
@@ -253,7 +252,7 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
         say(f"loaded {lm.name} on {lm.device} ({str(lm.dtype).removeprefix('torch.')}, {lm.weights} weights, "
             f"{lm.weight_bytes / 2**20:,.0f} MiB) in {lm.load_s:.1f} s")
         if getattr(args, "store", False):
-            return _store_bench(lm, text, name, contexts, args, config)
+            return _store_bench(lm, text, name, contexts, args, config, say)  # with the first form only
         runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
                               config=form_config, document_name=name, say=say))
     result = side_by_side(runs)
