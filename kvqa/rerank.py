@@ -90,4 +90,4 @@ def quoted(lm: LoadedModel, question: Question, options: Decoding) -> tuple[list
     choosing them took (counted in the answer's times). Every engine with a model builds a question's turn with it."""
     started = now(lm.device)
     order = passage_order(lm, question, options.rerank_passages)
-    return question.quotes(options.quote_passages, order), order, now(lm.device) - started
+    return question.quotes(options.quote_passages, order, chars=options.quote_chars), order, now(lm.device) - started

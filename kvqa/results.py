@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .documents import Document
 from .prompt import Prompt
-from .sources import Source
+from .sources import Source, excerpt
 from .timing import Timings
 
 if TYPE_CHECKING:
@@ -26,15 +26,15 @@ class Question:
     passages: tuple[tuple[int, str, float], ...] = ()  # (passage number, text, BM25 score), best first
     max_new_tokens: int | None = None  # the answer's limit; None: the document's (PrefilledDocument.max_new_tokens)
 
-    def quotes(self, n: int, order: Sequence[int] | None = None) -> list[str]:
+    def quotes(self, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
         """The first n passages' texts, to quote in the question's turn; with `order` (passage numbers, best first,
-        from a reranker: kvqa.rerank), its first n instead."""
+        from a reranker: kvqa.rerank), its first n instead. chars > 0: each cut to its sentences that best match the
+        question, at most that long (kvqa.sources.excerpt)."""
         if n <= 0:
             return []
-        if order:
-            texts = {i: text for i, text, _ in self.passages}
-            return [texts[i] for i in order[:n]]
-        return [text for _, text, _ in self.passages[:n]]
+        texts = {i: text for i, text, _ in self.passages}
+        chosen = order[:n] if order else [i for i, _, _ in self.passages[:n]]
+        return [excerpt(texts[i], self.text, chars) for i in chosen]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ _PAGE = re.compile(r"\[Page (\d+)\]")
 _BOUNDARY = re.compile(r"^(?:#{1,6} |=== File \d+ of \d+: |\[Page \d+\]$)", re.MULTILINE)  # headings, files, pages
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+|\n+|(?<=[。！？；])")
 _MARK_END = re.compile(r"(?<=[.!?;。！？；])\s+|\n\s*\n|(?<=[。！？；])")  # sentences may wrap a line
+_CLAUSE_END = re.compile(r"(?<=[,:;])\s+|(?<=[，、：；])")  # where a sentence too long to quote whole is cut
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have he her his how
@@ -282,6 +283,50 @@ def find_sources(text: str, answer: str, question: str = "", *, pages: bool = Fa
                  order: Sequence[int] | None = None) -> list[Source]:
     """Ranking.sources() of the question on the text."""
     return rank(text, question).sources(answer, pages=pages, limit=limit, order=order)
+
+
+def excerpt(passage: str, question: str, chars: int) -> str:
+    """The run of the passage's whole sentences, at most `chars` long (CJK characters weighing 1 + CJK_WEIGHT, as
+    passages are cut), that shares the most distinct words with the question; the longest such run, then the
+    earliest. A sentence longer than `chars` is cut at its commas and colons, a clause still longer at its words (CJK
+    characters). The passage whole when it fits, when chars <= 0, or when it holds a table's line (a row is quoted
+    with its header)."""
+    if chars <= 0 or _size(passage, 0, len(passage)) <= chars or ROW.search(passage):
+        return passage
+    pieces = _pieces(passage, 0, len(passage), chars)
+    asked = set(terms(question))
+    best, best_key = pieces[0], (-1, 0, 0)
+    for i, (a, _) in enumerate(pieces):
+        for _, b in pieces[i:]:
+            if _size(passage, a, b) > chars:
+                break
+            key = (len(set(terms(passage[a:b])) & asked), b - a, -a)
+            if key > best_key:
+                best, best_key = (a, b), key
+    return passage[slice(*_trim(passage, *best))]
+
+
+def _size(text: str, start: int, end: int) -> float:
+    """text[start:end]'s length as passages count it: a CJK character weighs 1 + CJK_WEIGHT."""
+    return end - start + CJK_WEIGHT * len(_CJK.findall(text, start, end))
+
+
+_WORD_GAP = re.compile(r"\s+|(?<=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])")
+_FINER = (_MARK_END, _CLAUSE_END, _WORD_GAP)  # sentences, then clauses, then words (CJK: characters)
+
+
+def _pieces(text: str, start: int, end: int, chars: int, level: int = 0) -> list[tuple[int, int]]:
+    """text[start:end] cut into consecutive (start, end) pieces: its sentences, a sentence longer than `chars` cut at
+    its clauses, a clause still longer at its words (a CJK character being a word)."""
+    cuts = sorted({start + m.end() for m in _FINER[level].finditer(text[start:end])} - {start, end})
+    bounds = [start, *cuts, end]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        if _size(text, a, b) > chars and level + 1 < len(_FINER):
+            out += _pieces(text, a, b, chars, level + 1)
+        else:
+            out.append((a, b))
+    return out
 
 
 def best_sentence(text: str, start: int, end: int, question: str) -> tuple[int, int] | None:

@@ -29,7 +29,7 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -353,6 +353,23 @@ def summary_lines(result: dict[str, Any], *, per_document: bool = True) -> list[
     return lines
 
 
+def vary(value: str | None, config, parser) -> tuple[str, list]:
+    """--vary NAME=V1,V2 -> (NAME, [V1, V2]) typed as the Config field; without it, quote_passages' own value."""
+    if value is None:
+        return "quote_passages", [config.quote_passages]
+    name, _, values = value.partition("=")
+    from kvqa.config import Decoding
+
+    settings = [f.name for f in fields(Decoding)]
+    if name not in settings or not values:
+        parser.error(f"--vary takes NAME=V1,V2 with NAME one of {', '.join(settings)}")
+    kind = type(getattr(config, name)) if getattr(config, name) is not None else int
+    try:
+        return name, [kind(v) for v in values.split(",")]
+    except ValueError:
+        parser.error(f"--vary {name}: {values} are not {kind.__name__}s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=Path, default=QUESTIONS, help="questions.jsonl (documents beside it)")
@@ -367,8 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zh-max-chars", type=int, default=5000, help="--max-chars for Chinese files")
     parser.add_argument("--max-gold-words", type=int, default=5,
                         help="--squad: keep questions whose gold answer has at most this many words")
-    parser.add_argument("--quote-variants", default=None, metavar="N,M",
-                        help="answer every question once per number of quoted passages (same prefill), e.g. 0,1")
+    parser.add_argument("--vary", default=None, metavar="NAME=V1,V2",
+                        help="answer every question once per value of one decoding setting (same prefill), e.g. "
+                             "quote_passages=0,1 or quote_chars=0,160")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a kvqa Config setting for this run, e.g. --set quote_passages=0 (repeatable)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -414,9 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     engine = kvqa.make_engine(config)
     info = engine.load()
     plain = kvqa.LocalEngine(replace(config, draft_tokens=0), lm=engine.lm) if args.draft_compare else None
-    variants = ([int(v) for v in args.quote_variants.split(",")] if args.quote_variants
-                else [config.quote_passages])
-    engines = {v: kvqa.LocalEngine(replace(config, quote_passages=v), lm=engine.lm) for v in variants}
+    varied, variants = vary(args.vary, config, parser)
+    engines = {v: kvqa.LocalEngine(replace(config, **{varied: v}), lm=engine.lm) for v in variants}
     log = sys.stderr if args.json else sys.stdout
     if not args.json:
         print(HEADER)
@@ -432,10 +449,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         documents.append({"doc": doc, "tokens": prefilled.tokens, "prefill_s": round(prefilled.prefill_s, 3)})
         print(f"# {doc}: {prefilled.tokens} tokens, prefill {prefilled.prefill_s:.2f} s", file=log, flush=True)
-        for question, quote in ((q, v) for q in questions if q.doc == doc for v in variants):
-            reply = answer_question(engines[quote], prefilled, question.question, max_new_tokens=args.max_new_tokens)
+        for question, variant in ((q, v) for q in questions if q.doc == doc for v in variants):
+            reply = answer_question(engines[variant], prefilled, question.question, max_new_tokens=args.max_new_tokens)
             row = score(question, reply)
-            row["quote"] = quote
+            row[varied] = variant
             row["drafted_per_step"] = round(reply.drafted_per_step, 3)
             if plain is not None:
                 undrafted = answer_question(plain, prefilled, question.question, max_new_tokens=args.max_new_tokens)
@@ -448,9 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(row_line(row), flush=True)
                 if args.show_answers:
                     print(f"    -> {json.dumps(row['answer'], ensure_ascii=False)}", flush=True)
-    result = summary([r for r in rows if r["quote"] == variants[-1]])
+    result = summary([r for r in rows if r[varied] == variants[-1]])
     if len(variants) > 1:
-        result["by_quote"] = {v: summary([r for r in rows if r["quote"] == v]) for v in variants}
+        result["by_variant"] = {v: summary([r for r in rows if r[varied] == v]) for v in variants}
     if plain is not None:
         speedups = [r["draft_speedup"] for r in rows if r["draft_speedup"]]
         result["drafting"] = {
@@ -461,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model,
                     "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens,
-                    "quote_passages": variants,
+                    "varied": {varied: variants},
                     "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
         print(json.dumps({"settings": settings, "documents": documents, "rows": rows, "summary": result},
@@ -471,8 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model {info.model} ({info.dtype}), max new tokens {args.max_new_tokens}, repeat stop "
               f"{config.repeat_stop}, torch threads {torch.get_num_threads()}; "
               f"looping: a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row")
-        for v, part in result.get("by_quote", {variants[-1]: result}).items():
-            print(f"\n{v} passage(s) quoted in the question's turn:")
+        for v, part in result.get("by_variant", {variants[-1]: result}).items():
+            print(f"\n{varied} = {v}:")
             print("\n".join(summary_lines(part, per_document=not args.squad)))
         if "drafting" in result:
             d = result["drafting"]

@@ -37,7 +37,8 @@ TINY_CONFIG = {  # a 2-layer Llama with a vocabulary smaller than the tokenizer'
 
 
 def check_result(result: dict, contexts: list[int], questions: int, max_new_tokens: int) -> None:
-    assert set(result) == {"machine", "model", "compiled_decode", "weights", "weight_bytes", "warm_up_s", "results"}
+    one = {"machine", "model", "compiled_decode", "weights", "weight_bytes", "quote_chars", "warm_up_s", "results"}
+    assert one <= set(result) <= one | {"runs"}  # run_bench's, or the CLI's (side_by_side: a list of runs)
     assert {"cpu", "cores", "torch", "device", "dtype", "date", "gpu", "bandwidth_gb_s"} <= set(result["machine"])
     assert result["machine"]["bandwidth_gb_s"] > 0
     rows = result["results"]
@@ -55,6 +56,7 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
             assert r["cache_bytes"] == r["theoretical_cache_bytes"]
         if r["method"] == "kvqa":
             assert r["floor_ttft_s"] > 0 and r["unchunked_prefill_s"] > 0 and r["chunked_prefill_s"] > 0
+            assert len(r["question_tokens"]) == questions and min(r["question_tokens"]) > 0
             assert r["cache_tokens"] == r["context_tokens"] + 512 + max_new_tokens  # document + reserve
             assert r["decode_floor_s"] > 0 and r["ttft_over_floor"] > 0
             assert r["draft_same_answers"] is True and r["draft_tokens_per_step"] >= 0
@@ -91,6 +93,30 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
     assert "one decode step written out" in table and "same logits bit for bit: yes" in table
     write_plot(result, tmp_path / "ttft.png")
     assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_bench_runs_quote_lengths_side_by_side(tiny_lm):
+    """`bench --quote-chars 0,60`: each length a run on the same model; the shorter quote reads fewer tokens per
+    question, every row names its length, the table compares each run with the first."""
+    from dataclasses import replace
+
+    from kvqa.bench.run import side_by_side
+
+    config = kvqa.Config(max_new_tokens=4, chunk_size=48)
+    runs = [run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[400], questions=QUESTIONS[0:3:2],
+                      config=replace(config, quote_chars=chars), methods=("recompute", "kvqa"), warm_up=False)
+            for chars in (0, 60)]
+    result = side_by_side(runs)
+    assert result["quote_chars"] == [0, 60] and result["runs"] == [{"weights": "fp32", "quote_chars": 0},
+                                                                    {"weights": "fp32", "quote_chars": 60}]
+    rows = {(r["quote_chars"], r["method"]): r for r in result["results"]}
+    whole, short = rows[0, "kvqa"], rows[60, "kvqa"]
+    assert all(s < w for s, w in zip(short["question_tokens"], whole["question_tokens"]))
+    assert whole["same_as_first_run"] is True and short["same_as_first_run"] == (short["answers"] == whole["answers"])
+    assert rows[60, "recompute"]["same_answers"] is True  # recompute quoted the same shorter passage
+    table = format_table(result)
+    assert "runs side by side (each against fp32 weights, quote whole" in table
+    assert "fp32 weights, quote 60 chars: weights" in table
 
 
 def test_the_seed_row_runs_on_transformers_own_attention(tiny_lm):
@@ -186,6 +212,8 @@ def test_shipped_llama_config_is_llama_3_2_3b():
     (["--contexts", "512,abc"], "--contexts"),
     (["--contexts", "0"], "--contexts"),
     (["--questions", "0"], "--questions"),
+    (["--quote-chars", "0,-40"], "--quote-chars"),
+    (["--quote-chars", "whole"], "--quote-chars"),
     (["--questions", "99"], "--questions"),
     (["--max-new-tokens", "0"], "above 0"),
     (["--random-init", "no-such-config"], "No config file"),

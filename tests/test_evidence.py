@@ -13,7 +13,8 @@ import kvqa.generate as generate
 from kvqa.ask import ask, ask_without_cache
 from kvqa.documents import combine, document_from_text
 from kvqa.prompt import question_turn
-from kvqa.sources import evidence, find_sources, passages, quotes
+from kvqa.results import Question
+from kvqa.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
 from kvqa.support import unsupported
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
@@ -63,6 +64,66 @@ def test_chinese_questions_find_chinese_passages():
     assert found and "开茶节" in found[0].marked
 
 
+# --- a shorter quote: the passage's best sentences ---
+
+BRIDGE = ("The new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. It was designed by "
+          "the engineer Hester Pryce, one of the few women working as a bridge engineer then. It is 120 metres long.")
+
+
+def _weighed(text: str) -> float:
+    return len(text) + CJK_WEIGHT * sum("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+def test_an_excerpt_is_the_run_of_whole_sentences_that_shares_most_with_the_question():
+    assert excerpt(BRIDGE, "Who designed the Seven Arches Bridge?", 0) == BRIDGE  # 0: the whole passage
+    assert excerpt(BRIDGE, "Who designed the bridge?", len(BRIDGE)) == BRIDGE  # it fits whole
+    found = excerpt(BRIDGE, "Who was the engineer who designed it?", 120)
+    assert found == "It was designed by the engineer Hester Pryce, one of the few women working as a bridge engineer then."
+    longest = excerpt(BRIDGE, "How long is it?", 140)  # the most shared words, then as much of the passage as fits
+    assert "120 metres long" in longest and len(longest) <= 140 and longest.endswith("long.")
+    assert longest in BRIDGE and longest.startswith("It was designed")  # whole sentences, in the passage's order
+
+
+def test_an_excerpt_cuts_a_sentence_too_long_at_its_clauses_then_its_words_and_keeps_tables_whole():
+    sentence = ("We hold these truths to be self-evident, that all men are created equal, that they are endowed by "
+                "their Creator with certain unalienable Rights, that among these are Life, Liberty and the pursuit of "
+                "Happiness.")
+    found = excerpt(sentence, "Which rights are unalienable?", 100)
+    assert found.startswith("that they are endowed") and "unalienable Rights," in found and len(found) <= 100
+    assert len(excerpt("word " * 100 + "needle here.", "needle?", 30)) <= 30
+    assert "needle" in excerpt("word " * 100 + "needle here.", "needle?", 30)
+    row = "| Town | Bridge |\n| --- | --- |\n| Wrenford | Seven Arches Bridge, 1791 |"
+    assert excerpt(row, "When was the bridge at Wrenford built?", 20) == row  # a row keeps its header
+
+
+def test_a_chinese_excerpt_weighs_its_characters_as_passages_do():
+    text = "青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。合作社主要生产绿茶和红茶，每年四月举办开茶节。合作社现有社员三百一十二户。"
+    for chars in (40, 60, 100):
+        found = excerpt(text, "合作社每年几月举办开茶节？", chars)
+        assert found in text and _weighed(found) <= chars
+    assert excerpt(text, "合作社每年几月举办开茶节？", 60) == "合作社主要生产绿茶和红茶，每年四月举办开茶节。"
+
+
+def test_excerpts_never_pass_their_length_and_are_pieces_of_the_passage():
+    import random
+    rng = random.Random(7)
+    words = "bridge river market cheese 1791 Pryce, engineer. long; stone: 合作社 开茶节。 wool".split()
+    for _ in range(300):
+        passage = " ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
+        chars = rng.randint(8, 200)
+        found = excerpt(passage, "Who built the stone bridge over the river?", chars)
+        assert found and found in passage
+        assert _weighed(found) <= chars or _weighed(passage) <= chars or " " not in found.strip()
+
+
+def test_a_question_quotes_excerpts_when_told_to():
+    asked = Question("Who was the engineer who designed it?", passages=((3, BRIDGE, 2.0), (1, HISTORY, 1.0)))
+    assert asked.quotes(1) == [BRIDGE] and asked.quotes(1, chars=0) == [BRIDGE]
+    assert asked.quotes(1, chars=120) == [excerpt(BRIDGE, asked.text, 120)]
+    assert asked.quotes(2, order=[1, 3], chars=120) == [excerpt(HISTORY, asked.text, 120),
+                                                      excerpt(BRIDGE, asked.text, 120)]
+
+
 # --- the question's turn ---
 
 def test_question_turn_quotes_in_the_question_language():
@@ -82,9 +143,10 @@ def test_quotes_that_do_not_fit_are_dropped_not_refused(tiny_lm):
     assert len(quoted) > len(plain)
 
 
-def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm):
+@pytest.mark.parametrize("chars", [0, 90])  # the whole passage, its best sentence
+def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm, chars):
     document = document_from_text(HISTORY)
-    config = kvqa.Config(max_new_tokens=12, quote_passages=1)
+    config = kvqa.Config(max_new_tokens=12, quote_passages=1, quote_chars=chars)
     engine = kvqa.LocalEngine(config, lm=tiny_lm)
     doc = engine.prefill(document)
     before = doc.cache.length

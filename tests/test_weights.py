@@ -176,12 +176,12 @@ def test_the_bench_runs_forms_side_by_side(tiny_lm, tiny_int8):
     rows = {(r["weights"], r["method"]): r for r in result["results"]}
     assert set(rows) == {(f, m) for f in ("fp32", "int8") for m in ("recompute", "kvqa")}
     fp32, int8 = rows["fp32", "kvqa"], rows["int8", "kvqa"]
-    assert fp32["same_as_first_weights"] is True
-    assert int8["same_as_first_weights"] == (int8["answers"] == fp32["answers"])
+    assert fp32["same_as_first_run"] is True
+    assert int8["same_as_first_run"] == (int8["answers"] == fp32["answers"])
     assert int8["weight_bytes"] == tiny_int8.weight_bytes < fp32["weight_bytes"]
     table = format_table(result)
-    assert "weights side by side" in table and "(int8 weights)" not in table.split("weights side by side")[0]
-    assert "int8: weights" in table
+    assert "runs side by side" in table and "(int8 weights)" not in table.split("runs side by side")[0]
+    assert "int8 weights: weights" in table
 
 
 @pytest.mark.model  # `kvqa ask` loads the default model in a subprocess

@@ -13,6 +13,8 @@ def add_parser(commands, *, model_flags, run) -> None:
     bench.add_argument("--max-new-tokens", type=int, default=32, help="answer length in tokens (default 32)")
     bench.add_argument("--chunk-size", type=int, help="kvqa's prefill chunk in tokens (default 512)")
     bench.add_argument("--draft-tokens", type=int, help="kvqa rows: tokens guessed per step (default 6; 0: off)")
+    bench.add_argument("--quote-chars", help="each quoted passage's length in characters, comma-separated to run "
+                       "each in turn, e.g. 0,120 (0: whole; default: the setting's, KVQA_QUOTE_CHARS)")
     bench.add_argument("--doc", help="the document (.pdf, .txt, .md), repeated to fill the longest context "
                        "(default: the sample document)")
     bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "

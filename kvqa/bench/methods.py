@@ -171,7 +171,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
                 times.append(now(device) - started)
                 del cache
     unchunked_s, chunked_s = min(unchunked), min(chunked)
-    answers, plain, floors, forks = [], [], [], []
+    answers, plain, floors, forks, asked = [], [], [], [], []
     engine = LocalEngine(replace(config, temperature=0.0, repeat_stop=0), lm=lm)  # as the app uses it, drafting on
     undrafted = LocalEngine(replace(engine.config, draft_tokens=0), lm=lm)  # the same without drafting
     with PeakMemory(device) as memory:
@@ -179,6 +179,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
         for question in questions:
             ids = doc.prompt.question_ids(question, limit=doc.max_question_tokens,
                                           quotes=_quotes(lm, document, question, engine.options))
+            asked.append(len(ids))  # the question's turn with its quote: the tokens its first token waits for
             with torch.no_grad():
                 started = now(device)
                 run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
@@ -198,7 +199,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     row = _row("kvqa", tokens, runs, prefill_s=prefill_s, fork_s=_median(forks), peak_memory_bytes=memory.increase,
                peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes, cache_tokens=capacity,
                theoretical_cache_bytes=bytes_per_token(lm.config, lm.dtype) * capacity,
-               floor_ttft_s=_median(floors), floor_each_s=floors,
+               floor_ttft_s=_median(floors), floor_each_s=floors, question_tokens=asked,
                chunked_prefill_s=chunked_s, chunked_prefill_tokens_per_s=tokens / chunked_s if chunked_s > 0 else 0.0,
                unchunked_prefill_s=unchunked_s,
                unchunked_prefill_tokens_per_s=tokens / unchunked_s if unchunked_s > 0 else 0.0,

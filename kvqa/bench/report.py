@@ -26,12 +26,13 @@ def format_table(result: dict) -> str:
     m = result["machine"]
     head = (f"{result['model']} on {m['device']} ({m['gpu'] or m['cpu']}, {m['cores']} cores, {m['dtype']}, "
             f"torch {m['torch']}), {m['date']}")
-    columns = ("method", "weights", "context", "prefill", "prefill tok/s", "TTFT", "floor TTFT", "TTFT/floor", "answer",
+    columns = ("method", "weights", "quote", "context", "prefill", "prefill tok/s", "TTFT", "floor TTFT", "TTFT/floor", "answer",
                "decode tok/s", "step", "floor step", "step/floor", "fork", "peak MiB", "cache MiB", "theory MiB",
                "same")
     rows = []
     for r in result["results"]:
-        rows.append((r["method"], r.get("weights", "fp32"), f"{r['context_tokens']:,}",
+        rows.append((r["method"], r.get("weights", "fp32"), str(r.get("quote_chars") or "whole"),
+                     f"{r['context_tokens']:,}",
                      _s(r["prefill_s"]) if r["prefill_s"] else "-",
                      f"{r['prefill_tokens_per_s']:,.0f}" if r["prefill_s"] else "-", _s(r["ttft_s"]),
                      _s(r["floor_ttft_s"]), _x(r["ttft_over_floor"]), _s(r["answer_s"]),
@@ -86,39 +87,53 @@ def format_table(result: dict) -> str:
             out.append(f"  {r['context_tokens']:>6,} tokens: {_s(r['written_step_s'])} vs {_s(r['forward_step_s'])} "
                        f"({r['written_step_speedup']:.2f}x), same logits bit for bit: "
                        f"{'yes' if r['written_step_same_logits'] else 'NO'}")
-    forms = result.get("weights") if isinstance(result.get("weights"), list) else [None]
-    if len(forms) > 1:
-        out += ["", f"weights side by side (each against {forms[0]}, kvqa rows of this run):"]
-        base = {r["context_tokens"]: r for r in result["results"] if r["method"] == "kvqa" and r["weights"] == forms[0]}
+    runs = result.get("runs") or [None]
+    if len(runs) > 1:
+        first = runs[0]
+        out += ["", f"runs side by side (each against {_run_name(first, runs)}, kvqa rows of this run):"]
+        base = {r["context_tokens"]: r for r in result["results"] if r["method"] == "kvqa" and _of(r, first)}
         for r in result["results"]:
             b = base.get(r["context_tokens"])
-            if r["method"] != "kvqa" or r["weights"] == forms[0] or b is None:
+            if r["method"] != "kvqa" or _of(r, first) or b is None:
                 continue
-            out.append(f"  {r['context_tokens']:>6,} tokens, {r['weights']}: weights {_mib(r['weight_bytes'])} vs "
-                       f"{_mib(b['weight_bytes'])} MiB, decode step {_s(r['decode_step_s'])} vs "
+            out.append(f"  {r['context_tokens']:>6,} tokens, {_run_name(r, runs)}: weights {_mib(r['weight_bytes'])} "
+                       f"vs {_mib(b['weight_bytes'])} MiB, decode step {_s(r['decode_step_s'])} vs "
                        f"{_s(b['decode_step_s'])} ({_x(_ratio(r['decode_step_s'], b['decode_step_s']))}), TTFT "
                        f"{_s(r['ttft_s'])} vs {_s(b['ttft_s'])} ({_x(_ratio(r['ttft_s'], b['ttft_s']))}), prefill "
                        f"{r['prefill_tokens_per_s']:,.0f} vs {b['prefill_tokens_per_s']:,.0f} tok/s, same answers: "
-                       f"{'yes' if r.get('same_as_first_weights') else 'NO'}")
-    for form in forms:
-        checks = target_checks(result, weights=form)
+                       f"{'yes' if r.get('same_as_first_run') else 'NO'}")
+    for run in runs:
+        checks = target_checks(result, run=run)
         if checks:
             out += ["", f"targets at {max(r['context_tokens'] for r in result['results']):,} tokens"
-                    + (f" ({form} weights):" if form else ":")]
+                    + (f" ({_run_name(run, runs)}):" if run else ":")]
             out += [f"  [{'ok' if ok else 'MISSED'}] {text}" for ok, text in checks]
     return "\n".join(out)
+
+
+def _of(row: dict, run: dict | None) -> bool:
+    """Whether a row belongs to the run (its weights and quote length; every row when there is one run)."""
+    return run is None or (row.get("weights"), row.get("quote_chars")) == (run["weights"], run["quote_chars"])
+
+
+def _run_name(run: dict, runs: list[dict]) -> str:
+    """A run's name in the report: its weights' form, and its quote's length where runs differ in it."""
+    name = f"{run['weights']} weights"
+    if len({r["quote_chars"] for r in runs}) > 1:
+        name += f", quote {run['quote_chars']} chars" if run["quote_chars"] else ", quote whole"
+    return name
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def target_checks(result: dict, *, weights: str | None = None) -> list[tuple[bool, str]]:
-    """The project's speed targets, checked at the longest context where all three methods ran (with the weights
-    named, where the run compared several forms)."""
+def target_checks(result: dict, *, run: dict | None = None) -> list[tuple[bool, str]]:
+    """The project's speed targets, checked at the longest context where all three methods ran (in the run named,
+    where the bench made several: result["runs"])."""
     by = {}
     for r in result["results"]:
-        if weights is not None and r.get("weights") != weights:
+        if not _of(r, run):
             continue
         by.setdefault(r["context_tokens"], {})[r["method"]] = r
     full = [n for n, rows in by.items() if set(METHODS) <= set(rows)]

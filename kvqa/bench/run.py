@@ -169,7 +169,8 @@ def run_bench(
                    "max_new_tokens": config.max_new_tokens, "same_answers": ids == reference}
             results.append(row)
     return {"machine": machine_info(lm, bandwidth), "model": lm.name, "compiled_decode": lm.decode_step is not None,
-            "weights": lm.weights, "weight_bytes": lm.weight_bytes, "warm_up_s": warm_up_s, "results": results}
+            "weights": lm.weights, "weight_bytes": lm.weight_bytes, "quote_chars": config.quote_chars,
+            "warm_up_s": warm_up_s, "results": results}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -187,6 +188,17 @@ def parse_contexts(value: str) -> list[int]:
     return list(dict.fromkeys(contexts))
 
 
+def parse_quote_chars(value: str) -> list[int]:
+    """'0,120' -> [0, 120]; raises BenchError on anything but integers >= 0."""
+    try:
+        values = [int(part) for part in value.replace(" ", "").split(",") if part]
+    except ValueError:
+        values = []
+    if not values or any(n < 0 for n in values):
+        raise BenchError("bench.bad_quote_chars", value=value)
+    return list(dict.fromkeys(values))
+
+
 def parse_weights(value: str) -> list[str]:
     """'fp32,int8' -> ['fp32', 'int8'] (each checked when its model loads)."""
     forms = list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
@@ -196,17 +208,21 @@ def parse_weights(value: str) -> list[str]:
 
 
 def side_by_side(runs: list[dict]) -> dict:
-    """One result from a run per weights form: every row names its form (`weights`), and each kvqa row says whether
-    its answers are the first form's, text for text (`same_as_first_weights`)."""
+    """One result from several runs, each with its weights' form and quote length: every row names both (`weights`,
+    `quote_chars`), and each kvqa row says whether its answers are the first run's, text for text
+    (`same_as_first_run`)."""
     first = {r["context_tokens"]: r for r in runs[0]["results"] if r["method"] == "kvqa"}
     results = []
     for run in runs:
         for row in run["results"]:
-            row = {**row, "weights": run["weights"]}
+            row = {**row, "weights": run["weights"], "quote_chars": run["quote_chars"]}
             if row["method"] == "kvqa" and row["context_tokens"] in first:
-                row["same_as_first_weights"] = row["answers"] == first[row["context_tokens"]]["answers"]
+                row["same_as_first_run"] = row["answers"] == first[row["context_tokens"]]["answers"]
             results.append(row)
-    return {**runs[0], "weights": [run["weights"] for run in runs], "results": results}
+    return {**runs[0], "weights": list(dict.fromkeys(run["weights"] for run in runs)),
+            "quote_chars": list(dict.fromkeys(run["quote_chars"] for run in runs)),
+            "runs": [{"weights": run["weights"], "quote_chars": run["quote_chars"]} for run in runs],
+            "results": results}
 
 
 def _store_bench(lm: LoadedModel, text: str, name: str, contexts: list[int], args, config: Config, say) -> int:
@@ -242,6 +258,7 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     if args.random_init:
         config_path(args.random_init)  # a bad path fails before anything is loaded
     forms = parse_weights(args.weights or config.weights)
+    quotes = parse_quote_chars(args.quote_chars) if args.quote_chars else [config.quote_chars]
     say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
     runs = []
     for form in forms:
@@ -253,8 +270,11 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
             f"{lm.weight_bytes / 2**20:,.0f} MiB) in {lm.load_s:.1f} s")
         if getattr(args, "store", False):
             return _store_bench(lm, text, name, contexts, args, config, say)  # with the first form only
-        runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
-                              config=form_config, document_name=name, say=say))
+        for chars in quotes:
+            if len(quotes) > 1:
+                say(f"quoted passages cut to {chars} characters ..." if chars else "quoted passages whole ...")
+            runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
+                                  config=replace(form_config, quote_chars=chars), document_name=name, say=say))
     result = side_by_side(runs)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))

@@ -173,8 +173,10 @@ class RemoteEngine:
     # ---- one answer
 
     def _turn(self, question: Question) -> str:
-        """The user turn: the question with its best passages quoted (Config.quote_passages)."""
-        return question_turn(_checked(question.text), question.quotes(self.options.quote_passages))
+        """The user turn: the question with its best passages quoted (Config.quote_passages, quote_chars)."""
+        options = self.options
+        return question_turn(_checked(question.text),
+                             question.quotes(options.quote_passages, chars=options.quote_chars))
 
     def _answer(self, system: str, question: Question, turn: str, *, max_new_tokens: int,
                 should_stop: Callable[[], bool] | None, used_cache: bool) -> Iterator[str | Answer]:

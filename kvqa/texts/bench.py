@@ -30,6 +30,9 @@ TEXTS: dict[str, tuple[str, str]] = {
         "留给问题和回答）。请用更短的 --contexts。"),
     "bench.bad_weights": ("--weights takes forms separated by commas, like fp32,int8: got '{value}'.",
                           "--weights 接受用逗号分隔的权重形式，如 fp32,int8：收到的是“{value}”。"),
+    "bench.bad_quote_chars": ("--quote-chars takes character counts (0: whole) separated by commas, like 0,120: "
+                              "got '{value}'.",
+                              "--quote-chars 接受用逗号分隔的字符数（0 表示整段），如 0,120：收到的是“{value}”。"),
     "bench.bad_contexts": (
         "--contexts takes positive token counts separated by commas, like 512,1024: got '{value}'.",
         "--contexts 接受用逗号分隔的正 token 数，如 512,1024：收到的是“{value}”。"),
