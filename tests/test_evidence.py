@@ -66,8 +66,9 @@ def test_chinese_questions_find_chinese_passages():
 
 # --- a shorter quote: the passage's best sentences ---
 
-BRIDGE = ("The new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. It was designed by "
-          "the engineer Hester Pryce, one of the few women working as a bridge engineer then. It is 120 metres long.")
+BRIDGE = ("The new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. It was "
+          "designed by the engineer Hester Pryce, one of the few women working as a bridge engineer then. "
+          "It is 120 metres long.")
 
 
 def _weighed(text: str) -> float:
@@ -78,7 +79,8 @@ def test_an_excerpt_is_the_run_of_whole_sentences_that_shares_most_with_the_ques
     assert excerpt(BRIDGE, "Who designed the Seven Arches Bridge?", 0) == BRIDGE  # 0: the whole passage
     assert excerpt(BRIDGE, "Who designed the bridge?", len(BRIDGE)) == BRIDGE  # it fits whole
     found = excerpt(BRIDGE, "Who was the engineer who designed it?", 120)
-    assert found == "It was designed by the engineer Hester Pryce, one of the few women working as a bridge engineer then."
+    assert found == ("It was designed by the engineer Hester Pryce, one of the few women working as a bridge engineer "
+                     "then.")
     longest = excerpt(BRIDGE, "How long is it?", 140)  # the most shared words, then as much of the passage as fits
     assert "120 metres long" in longest and len(longest) <= 140 and longest.endswith("long.")
     assert longest in BRIDGE and longest.startswith("It was designed")  # whole sentences, in the passage's order
@@ -97,7 +99,8 @@ def test_an_excerpt_cuts_a_sentence_too_long_at_its_clauses_then_its_words_and_k
 
 
 def test_a_chinese_excerpt_weighs_its_characters_as_passages_do():
-    text = "青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。合作社主要生产绿茶和红茶，每年四月举办开茶节。合作社现有社员三百一十二户。"
+    text = ("青石镇茶叶专业合作社位于云岭山脉东麓，成立于2009年。合作社主要生产绿茶和红茶，每年四月举办开茶节。"
+            "合作社现有社员三百一十二户。")
     for chars in (40, 60, 100):
         found = excerpt(text, "合作社每年几月举办开茶节？", chars)
         assert found in text and _weighed(found) <= chars

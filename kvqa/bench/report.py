@@ -26,9 +26,9 @@ def format_table(result: dict) -> str:
     m = result["machine"]
     head = (f"{result['model']} on {m['device']} ({m['gpu'] or m['cpu']}, {m['cores']} cores, {m['dtype']}, "
             f"torch {m['torch']}), {m['date']}")
-    columns = ("method", "weights", "quote", "context", "prefill", "prefill tok/s", "TTFT", "floor TTFT", "TTFT/floor", "answer",
-               "decode tok/s", "step", "floor step", "step/floor", "fork", "peak MiB", "cache MiB", "theory MiB",
-               "same")
+    columns = ("method", "weights", "quote", "context", "prefill", "prefill tok/s", "TTFT", "floor TTFT", "TTFT/floor",
+               "answer", "decode tok/s", "step", "floor step", "step/floor", "fork", "peak MiB", "cache MiB",
+               "theory MiB", "same")
     rows = []
     for r in result["results"]:
         rows.append((r["method"], r.get("weights", "fp32"), str(r.get("quote_chars") or "whole"),
