@@ -69,6 +69,7 @@ class Reply:
     drafted_per_step: float = 0.0
     ttft_s: float = 0.0
     unsupported: tuple[str, ...] | None = None  # the answer's figures and names the document lacks
+    question_tokens: int = 0  # the question's turn, its quote included: what its first token waits for
 
 
 def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, question: str, *,
@@ -83,6 +84,7 @@ def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, ques
         answer_s=answer.timings.answer_s, new_tokens=answer.timings.new_tokens,
         decode_tokens_per_s=answer.timings.decode_tokens_per_s, drafted_per_step=answer.timings.drafted_per_step,
         ttft_s=answer.timings.ttft_s, unsupported=getattr(answer, "unsupported", None),
+        question_tokens=answer.timings.question_tokens,
         sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page")) for s in sources],
     )
 
@@ -264,6 +266,7 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
         "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
+        "question_tokens": reply.question_tokens,
         "unsupported": None if reply.unsupported is None else list(reply.unsupported),
     }
 
@@ -288,6 +291,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "gold_in_source": sum(r["gold_in_source"] for r in rows) / n,
         "answer_in_question_lang": sum(r["answer_lang"] == r["lang"] for r in rows) / n,
         "median_ttft_s": statistics.median(r["ttft_s"] for r in rows),
+        "median_question_tokens": statistics.median(r.get("question_tokens", 0) for r in rows),
         **_marked(rows),
     }
 

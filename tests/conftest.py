@@ -32,6 +32,15 @@ LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>"
 MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server"}
 
 
+def pytest_sessionstart(session):
+    """Say the random order's seed (pytest-randomly, requirements-dev.txt) first, also under -q, so an order that
+    fails can be run again: `--randomly-seed=N`."""
+    seed = getattr(session.config.option, "randomly_seed", None)
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+    if isinstance(seed, int) and terminal is not None:
+        terminal.write_line(f"random order: --randomly-seed={seed} (-p no:randomly for the files' order)")
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark `slow` every test that loads a model (through a model fixture, or marked `model` because it loads one
     itself, e.g. through the app or a subprocess), and the browser and serving-engine tests: `make test-fast` runs the

@@ -130,7 +130,7 @@ def fake_answer(sources):
     """An object shaped like kvqa's Answer, with `sources` when given."""
     answer = SimpleNamespace(text="It was founded in 1994.", token_ids=(1, 2, 3), stop_reason="eos",
                              timings=SimpleNamespace(answer_s=0.5, new_tokens=3, decode_tokens_per_s=4.0,
-                                                     drafted_per_step=0.0, ttft_s=0.1))
+                                                     drafted_per_step=0.0, ttft_s=0.1, question_tokens=40))
     if sources is not None:
         answer.sources = sources
     return answer
@@ -151,6 +151,7 @@ def test_answer_question_and_sources(monkeypatch, sources, expected):
     reply = evaluate.answer_question(None, None, "When?", max_new_tokens=8)
     row = evaluate.score(evaluate.Question(doc="d.md", question="When?", facts=["1994"], page=None), reply)
     assert row["correct"] and not row["looping"] and row["new_tokens"] == 3 and row["seconds"] == 0.5
+    assert row["question_tokens"] == 40
     assert row["source_correct"] is expected
 
 
