@@ -203,12 +203,13 @@ class Ranking:
         """Passage i's text as quoted, trimmed: a table's row after its table's header and '| --- |' lines."""
         return self.index.heads[self.rows[i]] + self.text[slice(*_trim(self.text, *self.spans[i]))]
 
-    def quotes(self, n: int, order: Sequence[int] | None = None) -> list[str]:
+    def quotes(self, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
         """The texts of the n passages that best match the question, to quote in its turn (quoted); with `order`
-        (passage numbers, best first, from a reranker), its first n instead."""
+        (passage numbers, best first, from a reranker), its first n instead; chars > 0: each cut to its best
+        sentences (excerpt)."""
         if n <= 0:
             return []
-        return [self.quoted(i) for i in (order or _ranked(self.scores))[:n]]
+        return [excerpt(self.quoted(i), self.question, chars) for i in (order or _ranked(self.scores))[:n]]
 
     def sources(self, answer: str, *, pages: bool = False, limit: int = 3,
                 order: Sequence[int] | None = None) -> list[Source]:
@@ -274,9 +275,9 @@ def candidates(text: str, question: str, *, limit: int) -> list[tuple[int, str, 
     return rank(text, question).candidates(limit)
 
 
-def quotes(text: str, question: str, n: int, order: Sequence[int] | None = None) -> list[str]:
+def quotes(text: str, question: str, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
     """Ranking.quotes() of the question on the text."""
-    return rank(text, question).quotes(n, order)
+    return rank(text, question).quotes(n, order, chars=chars)
 
 
 def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3,

@@ -74,7 +74,8 @@ def reference(stock, lm, text: str) -> tuple[int, ...]:
 
 
 def best_passage(engine, question: str) -> str:
-    return quotes(DOCUMENT, question, 1, passage_order(engine.lm, asked(question), 0))[0]
+    return quotes(DOCUMENT, question, 1, passage_order(engine.lm, asked(question), 0),
+                  chars=engine.config.quote_chars)[0]
 
 
 @pytest.mark.parametrize("question", QUESTIONS)

@@ -68,9 +68,11 @@ def reference(stock, messages: list[dict]) -> tuple[int, ...]:
     return tuple(new[:next((i for i, t in enumerate(new) if t in ends), len(new))])
 
 
-def kvqa_order(engine, question: str):
-    """The passages kvqa's engine ranks first for the question (its model reorders BM25's best): what it quotes."""
-    return passage_order(engine.lm, asked(question), engine.config.rerank_passages)
+def kvqa_quotes(engine, question: str) -> list[str]:
+    """What kvqa's engine quotes for the question: the passage it ranks first (its model reorders BM25's best), cut
+    as its settings say (quote_chars)."""
+    order = passage_order(engine.lm, asked(question), engine.config.rerank_passages)
+    return quotes(DOCUMENT, question, 1, order, chars=engine.config.quote_chars)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +89,7 @@ def engine_and_doc(default_lm):
 def test_cached_answers_equal_transformers_generate_with_stock_attention(stock, engine_and_doc, question):
     engine, doc = engine_and_doc
     answer = ask(engine, doc, question).answer
-    turn = question_turn(question, quotes(DOCUMENT, question, 1, kvqa_order(engine, question)))
+    turn = question_turn(question, kvqa_quotes(engine, question))
     expected = reference(stock, [{"role": "system", "content": system_text(DOCUMENT)},
                                  {"role": "user", "content": turn}])
     assert len(expected) >= 4
@@ -101,7 +103,7 @@ def test_a_three_turn_follow_up_equals_transformers_generate(stock, engine_and_d
     messages = [{"role": "system", "content": system_text(DOCUMENT)}]
     for question in FOLLOW_UPS:
         answer = ask(engine, doc, question, history=history).answer
-        turn = question_turn(question, quotes(DOCUMENT, question, 1, kvqa_order(engine, question)))
+        turn = question_turn(question, kvqa_quotes(engine, question))
         assert answer.token_ids == reference(stock, [*messages, {"role": "user", "content": turn}]), question
         messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer.text}]
         history.append((question, answer.text))

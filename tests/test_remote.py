@@ -154,7 +154,8 @@ def test_answers_stream_and_the_second_question_comes_from_the_servers_prefix_ca
         # the server took at least the document's system turn from its cache (all of the prefill's prompt but the
         # assistant header, which the question's prompt does not share)
         assert t.cached_tokens is not None and t.cached_tokens >= doc.tokens - 8, (t, doc.tokens)
-        turn = question_turn(question, quotes(DOCUMENT, question, engine.config.quote_passages))  # the quote too
+        turn = question_turn(question, quotes(DOCUMENT, question, engine.config.quote_passages,
+                                              chars=engine.config.quote_chars))  # the quote too
         assert t.question_tokens == t.prompt_tokens - t.cached_tokens < engine.count_tokens(turn) + 30
         answers.append(answer)
     assert "rights" in answers[0].text.lower()

@@ -274,7 +274,8 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
             if len(quotes) > 1:
                 say(f"quoted passages cut to {chars} characters ..." if chars else "quoted passages whole ...")
             runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
-                                  config=replace(form_config, quote_chars=chars), document_name=name, say=say))
+                                  config=replace(form_config, quote_chars=chars), document_name=name,
+                                  warm_up=chars == quotes[0], say=say))  # one warm-up per model loaded
     result = side_by_side(runs)
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
