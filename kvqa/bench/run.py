@@ -177,26 +177,25 @@ def run_bench(
 # The command line
 
 
-def parse_contexts(value: str) -> list[int]:
-    """'512,1024' -> [512, 1024]; raises BenchError on anything but positive integers."""
+def _counts(value: str, *, least: int, message: str) -> list[int]:
+    """'512,1024' -> [512, 1024], each at least `least`, duplicates dropped; BenchError(message) on anything else."""
     try:
-        contexts = [int(part) for part in value.replace(" ", "").split(",") if part]
+        counts = [int(part) for part in value.replace(" ", "").split(",") if part]
     except ValueError:
-        contexts = []
-    if not contexts or any(n < 1 for n in contexts):
-        raise BenchError("bench.bad_contexts", value=value)
-    return list(dict.fromkeys(contexts))
+        counts = []
+    if not counts or any(n < least for n in counts):
+        raise BenchError(message, value=value)
+    return list(dict.fromkeys(counts))
+
+
+def parse_contexts(value: str) -> list[int]:
+    """'512,1024' -> [512, 1024]: positive token counts."""
+    return _counts(value, least=1, message="bench.bad_contexts")
 
 
 def parse_quote_chars(value: str) -> list[int]:
-    """'0,120' -> [0, 120]; raises BenchError on anything but integers >= 0."""
-    try:
-        values = [int(part) for part in value.replace(" ", "").split(",") if part]
-    except ValueError:
-        values = []
-    if not values or any(n < 0 for n in values):
-        raise BenchError("bench.bad_quote_chars", value=value)
-    return list(dict.fromkeys(values))
+    """'0,120' -> [0, 120]: quote lengths in characters, 0 for whole."""
+    return _counts(value, least=0, message="bench.bad_quote_chars")
 
 
 def parse_weights(value: str) -> list[str]:
