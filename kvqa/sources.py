@@ -312,7 +312,7 @@ def _size(text: str, start: int, end: int) -> float:
     return end - start + CJK_WEIGHT * len(_CJK.findall(text, start, end))
 
 
-_WORD_GAP = re.compile(r"\s+|(?<=[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff])")
+_WORD_GAP = re.compile(rf"\s+|(?<={_CJK.pattern})")  # between words, and after each CJK character
 _FINER = (_MARK_END, _CLAUSE_END, _WORD_GAP)  # sentences, then clauses, then words (CJK: characters)
 
 
