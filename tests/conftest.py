@@ -49,6 +49,20 @@ def pytest_collection_modifyitems(config, items):
         if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
                 item.get_closest_marker(name) for name in ("model", "browser", "remote")):
             item.add_marker(pytest.mark.slow)
+    in_file_order(items)
+
+
+def in_file_order(items) -> None:
+    """Put the tests of a module marked `steps` (one browser page going through them in turn) back in the file's
+    order, in the places the random order (pytest-randomly, which keeps a module's tests together) gave them."""
+    places: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        if item.get_closest_marker("steps"):
+            places.setdefault(str(item.path), []).append(i)
+    for where in places.values():
+        steps = sorted((items[i] for i in where), key=lambda item: item.location[1])  # by line; stable
+        for i, item in zip(where, steps):
+            items[i] = item
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,8 @@ def screenshot(page, name: str, tmp_path: Path) -> None:
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.steps]  # one page goes through the first tests in turn: kept in the
+#                                                        file's order when the suite runs shuffled (conftest.py)
 
 
 @pytest.fixture(scope="module")
