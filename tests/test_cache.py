@@ -111,17 +111,18 @@ def test_a_sliding_window_layer_hands_attention_only_what_its_tokens_see():
 
 
 def test_pickling_keeps_the_filled_part_once_and_the_capacity():
-    cache = filled(capacity=64, tokens=10)
+    cache = filled(capacity=4096, tokens=10)
     cache.update(*kv(3, seed=9), 0)
     cache.rollback(10)
     data = pickle.dumps(cache)
-    assert len(data) < 2 * 2 * HEADS * 64 * DIM * 4  # less than the buffers' capacity: the reserve is not sent
+    filled_bytes = 2 * 2 * HEADS * 10 * DIM * 4  # layers x (keys, values) x heads x tokens x dim x 4 bytes
+    assert len(data) < filled_bytes + 4096  # the reserve (64x more) is not sent, nor any view of the buffers
     back = pickle.loads(data)
-    assert back.capacity == 64 and back.length == 10 and back.nbytes == cache.nbytes
+    assert back.capacity == 4096 and back.length == 10 and back.nbytes == cache.nbytes
     for (k, v), (k2, v2) in zip(cache.tensors(), back.tensors()):
         assert torch.equal(k, k2) and torch.equal(v, v2)
-    back.update(*kv(54, seed=3), 0)  # the whole reserve is usable again
-    assert back.layers[0].length == 64
+    back.update(*kv(4086, seed=3), 0)  # the whole reserve is usable again
+    assert back.layers[0].length == 4096
 
 
 def test_cache_from_tensors_copies_bit_for_bit_and_checks_the_layers():
@@ -144,8 +145,14 @@ def test_static_view_shares_the_buffers_and_zeroes_the_reserve():
     assert static.keys.data_ptr() == cache.layers[0].key_buffer.data_ptr()
     assert torch.count_nonzero(static.keys[:, :, 10:]) == 0 and not torch.isnan(static.keys).any()
     assert int(static.cumulative_length) == 10
-    cache.advance(2)
-    assert cache.length == 12 and int(cache.static_view().layers[1].cumulative_length) == 12
+    new_k, new_v = kv(1, seed=7)
+    keys, values = static.update(new_k, new_v)  # what a compiled decode step does: writes after the document
+    assert keys.shape == cache.layers[0].key_buffer.shape and static.keys.shape[-1] == static.k_head_dim == DIM
+    assert torch.equal(cache.layers[0].key_buffer[:, :, 10:11], new_k) and torch.equal(values[:, :, 10:11], new_v)
+    cache.advance(1)
+    assert cache.length == 11 and int(cache.static_view().layers[1].cumulative_length) == 11
+    with pytest.raises(AssertionError, match="prefill"):
+        KVCache(1, 8).static_view()
     assert pickle.loads(pickle.dumps(cache))._static is None  # rebuilt after crossing a process boundary
 
 
@@ -156,10 +163,13 @@ def test_new_cache_follows_the_models_layers():
     assert windows(gemma) == [32] * 5 + [None]  # five local layers, then one global
     assert [layer.window for layer in new_cache(gemma, 8).layers] == windows(gemma)
     assert unsupported_reason(gemma) is None
-    chunked = LlamaConfig(num_hidden_layers=2, hidden_size=8, num_attention_heads=2)
-    chunked.layer_types, chunked.attention_chunk_size = ["chunked_attention", "full_attention"], 4
+    chunked = LlamaConfig(num_hidden_layers=3, hidden_size=8, num_attention_heads=2)
+    chunked.layer_types = ["linear_attention", "chunked_attention", "full_attention"]
+    chunked.attention_chunk_size = 4
     reason = unsupported_reason(chunked)
-    assert reason is not None and reason.key == "model.layers_not_full" and "chunked_attention" in str(reason)
+    assert reason is not None and reason.key == "model.layers_not_full"
+    assert "chunked_attention, linear_attention layers" in str(reason)  # each kind named once, sorted
     unknown = LlamaConfig(num_hidden_layers=2, hidden_size=8, num_attention_heads=2)
     unknown.layer_types = ["chunked_attention", "full_attention"]  # without the chunk size transformers needs
-    assert unsupported_reason(unknown).key == "model.layout_unknown"
+    reason = unsupported_reason(unknown)
+    assert reason.key == "model.layout_unknown" and "attention_chunk_size" in str(reason)  # transformers' words

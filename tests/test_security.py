@@ -4,6 +4,7 @@ symlinks leading out) are refused without being read, through gradio_client, raw
 
 from __future__ import annotations
 
+import logging
 import secrets
 import sys
 import time
@@ -85,6 +86,26 @@ def test_uploaded_file_accepts_only_files_inside_the_upload_folder(secret, tmp_p
     assert uploaded_file(inside / "link.txt") == (inside / "notes.txt").resolve()
     with pytest.raises(kvqa.DocumentError, match="no longer on the server"):
         uploaded_file(inside / "gone.txt")
+
+
+def test_paths_that_cannot_be_resolved_are_refused_and_the_refusal_logged(caplog):
+    """A NUL byte, a symlink loop inside the upload folder, something that is not a path: refused with the same words,
+    never accepted because resolving failed; every refusal is logged with the path as given (cut at 300 characters).
+    Kills: the failure branch of `uploaded_file` counting as inside, the log line's path dropped or cut elsewhere."""
+    folder = upload_folder()
+    loop = folder / f"kvqa-test-{secrets.token_hex(4)}"
+    loop.mkdir(parents=True)
+    (loop / "a.md").symlink_to(loop / "b.md")
+    (loop / "b.md").symlink_to(loop / "a.md")
+    cases = {"NUL byte": str(folder / "notes\0.md"), "symlink loop": str(loop / "a.md"), "not a path": 42,
+             "a long path outside": "/etc/" + "x" * 400}
+    for kind, path in cases.items():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="kvqa.uploads"), pytest.raises(kvqa.DocumentError) as e:
+            uploaded_file(path)
+        assert str(e.value) == NOT_AN_UPLOAD, kind
+        assert [r.getMessage() for r in caplog.records] == [
+            f"refused a file path that is not an upload: {str(path)[:300]!r}"], kind
 
 
 def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):

@@ -186,3 +186,22 @@ def test_two_answers_at_once_with_more_sessions_than_the_budget_holds(tiny_lm):
     assert max(peaks) <= budget.limit_bytes and len(peaks) > 10
     assert all(s.document is not None and len(s.turns) == 4 for s in sessions)
     assert budget.used_bytes == live() <= budget.limit_bytes
+
+
+def test_eviction_skips_a_session_at_work_without_waiting_for_it():
+    """try_evict() on a session reading a document returns False at once and leaves its cache-to-be alone (waiting
+    would stall the budget's eviction behind a long read); once idle, it drops the cache and keeps the document."""
+    from fakes import FakeEngine
+
+    reading, release = threading.Event(), threading.Event()
+    engine = FakeEngine(on_chunk=lambda document, chunk: (reading.set(), release.wait(10)))
+    session = Session(engine)
+    document = kvqa.document_from_text("The code word is delta.")
+    loader = threading.Thread(target=session.load, args=(document,))
+    loader.start()
+    assert reading.wait(10) and session.busy
+    evicted = session.try_evict()
+    release.set()
+    loader.join()
+    assert evicted is False and session.prefilled is not None
+    assert session.try_evict() is True and session.prefilled is None and session.document is document

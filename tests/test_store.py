@@ -365,7 +365,17 @@ def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
 
     store = store_for(kvqa.Config(cache_dir=tmp_path))
     assert store is not None and store.folder == tmp_path / "store"
+    assert store.limit_bytes == kvqa.Config().store_mb * 2**20
+    assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=3)).limit_bytes == 3 * 2**20
     assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=0)) is None
+
+
+def test_a_text_with_a_lone_surrogate_gets_its_own_key():
+    """Text extracted from a file can hold a lone surrogate (invalid UTF-8 on its own); its digest is still made, and
+    differs from the text without it."""
+    from kvqa.store import text_sha256
+
+    assert text_sha256("notes \ud800") != text_sha256("notes ") == text_sha256("notes ")
 
 
 def test_the_engine_restores_or_reads_whichever_it_has_done_faster(tiny_lm, tmp_path):

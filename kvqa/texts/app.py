@@ -7,9 +7,9 @@ TEXTS: dict[str, tuple[str, str]] = {
     "ui.title": ("kvqa: read a document once, ask it anything", "kvqa：文档只读一次，随便问"),
     "ui.intro": (
         "# kvqa\nThe model reads your document **once** (the prefill) and keeps its key/value cache; each question "
-        "then costs only its own turn: its tokens and the passage quoted beside it.",
+        "then costs only its own turn: its tokens and the document's sentences that best match it, quoted beside it.",
         "# kvqa\n模型只读一次你的文档（预填充），并保留它的键值（KV）缓存；之后每个问题只需计算它自己的一轮："
-        "问题本身和附在旁边的引文段落。"),
+        "问题本身和附在旁边的、与它最相关的文档句子。"),
     "ui.model": ("Model (switching reads the document again)", "模型（切换后会重读文档）"),
     "ui.upload": ("Upload documents: PDF (scans too), Word, PowerPoint, HTML, EPUB, images, .txt, .md (several are "
                   "read as one document)", "上传文档：PDF（含扫描件）、Word、PowerPoint、HTML、EPUB、图片、.txt、.md"

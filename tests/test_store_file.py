@@ -1,0 +1,140 @@
+"""The store's files without a model: random keys and values written and read back through KVStore, and every way a
+file can be wrong (a flipped byte anywhere, a header field changed, another key, lengths that disagree, a cut file)
+read as a miss. tests/test_store.py checks the same through the engine on the tiny model; these run in milliseconds,
+so the mutation run (docs/testing.md) reaches the checksum with them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from dataclasses import asdict, replace
+
+import pytest
+import torch
+
+from kvqa.store import FORMAT, CacheKey, KVStore, text_sha256
+
+KEY = CacheKey(model="m", weights="w" * 32, dtype="float32", device="cpu", attention="sdpa",
+               text_sha256=text_sha256("a document"))
+IDS = tuple(range(100, 107))
+
+
+def tensors(tokens: int = len(IDS), layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(tokens * 10 + layers)
+    return [(torch.randn(1, 2, tokens, 4, generator=g), torch.randn(1, 2, tokens, 4, generator=g))
+            for _ in range(layers)]
+
+
+def written(tmp_path, **kw) -> tuple[KVStore, list]:
+    store = KVStore(tmp_path / "store", 2**20)
+    kv = tensors()
+    assert store.write(KEY, IDS, "01 Dec 2026", kv, **kw)
+    return store, kv
+
+
+def test_a_file_reads_back_bit_for_bit_with_its_ids_date_and_read_time(tmp_path):
+    store, kv = written(tmp_path, read_s=1.25)
+    got = store.get(KEY)
+    assert got.ids == IDS and got.date_string == "01 Dec 2026" and got.read_s == 1.25
+    assert len(got.tensors) == len(kv)
+    for (k, v), (k2, v2) in zip(kv, got.tensors):
+        assert torch.equal(k, k2) and torch.equal(v, v2) and k2.dtype == k.dtype
+    assert store.entries() == [store.path(KEY)] and store.path(KEY).name == KEY.digest + ".safetensors"
+    store.write(KEY, IDS, "01 Dec 2026", kv)
+    assert store.get(KEY).read_s is None  # not recorded
+
+
+def miss(store: KVStore, caplog, says: str = "") -> None:
+    """The key reads as a miss, with one warning line, and the file is gone."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert store.get(KEY) is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "kvqa.store"]
+    assert len(lines) == 1 and "ignoring" in lines[0] and says in lines[0], lines
+    assert not store.path(KEY).exists()
+
+
+@pytest.mark.parametrize("where", [0, 8, 50, 0.3, 0.5, 0.7, -1])
+def test_a_flipped_byte_anywhere_is_a_miss(tmp_path, caplog, where):
+    store, _ = written(tmp_path)
+    path = store.path(KEY)
+    data = bytearray(path.read_bytes())
+    data[int(where * len(data)) if isinstance(where, float) else where % len(data)] ^= 0x5A
+    path.write_bytes(bytes(data))
+    miss(store, caplog)
+
+
+def header(path) -> tuple[bytearray, dict]:
+    data = bytearray(path.read_bytes())
+    (size,) = struct.unpack("<Q", data[:8])
+    return data, json.loads(data[8: 8 + size])
+
+
+@pytest.mark.parametrize("field", ["written", "read_s", "date_string"])
+def test_each_header_field_is_inside_the_checksum(tmp_path, caplog, field):
+    store, _ = written(tmp_path, read_s=1.25)
+    data, head = header(store.path(KEY))
+    value = head["__metadata__"][field]
+    at = data.index(f'"{field}":"{value}"'.encode(), 8) + len(field) + 4  # the value's first character
+    data[at] = ord("7") if data[at] != ord("7") else ord("8")  # still valid JSON, still a plausible value
+    store.path(KEY).write_bytes(bytes(data))
+    miss(store, caplog, "checksum mismatch")
+
+
+def test_a_tensor_changed_in_shape_but_not_in_bytes_is_a_miss(tmp_path, caplog):
+    """The checksum covers each tensor's shape and dtype, not only its bytes: the same bytes read as another shape
+    (a header rewritten with its offsets kept) do not pass."""
+    store, _ = written(tmp_path)
+    data, head = header(store.path(KEY))
+    old = json.dumps(head["k.0"]["shape"]).replace(" ", "").encode()  # [1,2,7,4]
+    new = b"[2,1,7,4]"
+    assert len(old) == len(new) and data.count(old) >= 1
+    at = data.index(b'"k.0"')
+    data[data.index(old, at): data.index(old, at) + len(old)] = new
+    store.path(KEY).write_bytes(bytes(data))
+    miss(store, caplog, "checksum mismatch")
+
+
+@pytest.mark.parametrize("field", [f for f in asdict(KEY) if f != "format"])
+def test_a_file_made_for_another_key_is_a_miss_that_names_the_field(tmp_path, caplog, field):
+    """A whole file under another key's name (copied, or a name collision) is refused for what differs."""
+    store, _ = written(tmp_path)
+    other = replace(KEY, **{field: "something else"})
+    store.path(other).write_bytes(store.path(KEY).read_bytes())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert store.get(other) is None
+    assert f"made for another {field}" in caplog.text and not store.path(other).exists()
+    assert store.get(KEY) is not None  # the file itself was whole
+
+
+def test_a_foreign_format_is_a_miss(tmp_path, caplog, monkeypatch):
+    import kvqa.store
+
+    store, _ = written(tmp_path)
+    monkeypatch.setattr(kvqa.store, "FORMAT", FORMAT + 1)
+    miss(store, caplog, f"this kvqa reads {FORMAT + 1}")
+
+
+def test_ids_that_disagree_with_the_tensors_are_a_miss(tmp_path, caplog):
+    store = KVStore(tmp_path / "store", 2**20)
+    assert store.write(KEY, IDS[:-1], "01 Dec 2026", tensors())  # one id fewer than the tensors' tokens
+    miss(store, caplog, "tensor lengths differ")
+
+
+@pytest.mark.parametrize("keep", [0, 7, 9, 0.5, -1])
+def test_a_cut_file_is_a_miss(tmp_path, caplog, keep):
+    store, _ = written(tmp_path)
+    data = store.path(KEY).read_bytes()
+    store.path(KEY).write_bytes(data[: int(keep * len(data)) if isinstance(keep, float) else keep % len(data)])
+    miss(store, caplog)
+
+
+def test_a_cache_larger_than_the_limit_is_not_written(tmp_path, caplog):
+    kv = tensors()
+    nbytes = sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "d", kv)
+    assert "larger than the store's limit" in caplog.text and not (tmp_path / "small").exists()
+    assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "d", kv)  # exactly the limit fits
