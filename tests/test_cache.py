@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 import torch
-from transformers import Gemma3TextConfig, LlamaConfig
+from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
 
 from kvqa.cache import KVCache, bytes_per_token, cache_from_tensors, kv_bytes, new_cache, unsupported_reason, windows
 
@@ -82,6 +82,9 @@ def test_the_reserve_is_never_overrun():
         cache.advance(3)
     cache.update(*kv(2, seed=5), 0)  # exactly full is fine
     assert cache.layers[0].length == 12
+    other = filled(capacity=12, tokens=10)
+    other.advance(2)  # so is a step that fills it exactly
+    assert other.length == 12
 
 
 def test_nbytes_counts_the_whole_capacity_and_kv_bytes_the_formula():
@@ -91,6 +94,9 @@ def test_nbytes_counts_the_whole_capacity_and_kv_bytes_the_formula():
     assert kv_bytes(layers=3, kv_heads=2, head_dim=8, itemsize=2) == 2 * 3 * 2 * 8 * 2
     config = LlamaConfig(num_hidden_layers=3, hidden_size=64, num_attention_heads=8, num_key_value_heads=2)
     assert bytes_per_token(config, torch.bfloat16) == 2 * 3 * 2 * (64 // 8) * 2
+    plain = GPT2Config(n_layer=2, n_embd=16, n_head=4)  # no key/value heads of its own, no head_dim: the fallbacks
+    per_token = bytes_per_token(plain, torch.float32)
+    assert per_token == 2 * 2 * 4 * (16 // 4) * 4 and isinstance(per_token, int)
 
 
 def test_a_sliding_window_layer_hands_attention_only_what_its_tokens_see():
@@ -108,6 +114,7 @@ def test_a_sliding_window_layer_hands_attention_only_what_its_tokens_see():
     cache.rollback(10)  # every position is kept: rolling back a window layer is free too
     assert torch.equal(cache.layers[0].keys, keys_in)
     assert KVCache(1, 16, [None]).layers[0].window_start == 0
+    assert [layer.is_sliding for layer in KVCache(2, 8, [window, None]).layers] == [True, False]  # read by the masks
 
 
 def test_pickling_keeps_the_filled_part_once_and_the_capacity():

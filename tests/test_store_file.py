@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import struct
 from dataclasses import asdict, replace
 
@@ -138,3 +139,61 @@ def test_a_cache_larger_than_the_limit_is_not_written(tmp_path, caplog):
         assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "d", kv)
     assert "larger than the store's limit" in caplog.text and not (tmp_path / "small").exists()
     assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "d", kv)  # exactly the limit fits
+
+
+def test_the_least_recently_used_files_make_room_and_only_as_many_as_needed(tmp_path):
+    store, kv = written(tmp_path)
+    size = store.path(KEY).stat().st_size
+    a, b, c = KEY, replace(KEY, text_sha256="b"), replace(KEY, text_sha256="c")
+    payload = sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)  # what write() counts for the new file
+    exact = KVStore(tmp_path / "store", 2 * size + payload)  # room for all three, exactly
+    assert exact.write(b, IDS, "d", kv)
+    os.utime(exact.path(a), (1000, 1000))
+    os.utime(exact.path(b), (2000, 2000))
+    assert exact.get(a) is not None  # a is now the most recently used
+    assert exact.write(c, IDS, "d", kv) and len(exact.entries()) == 3  # it fits: nothing removed
+    tight = KVStore(tmp_path / "store", 2 * size + payload - 1)  # one byte short: the least recently used goes
+    assert tight.write(replace(KEY, text_sha256="d"), IDS, "d", kv)
+    assert not tight.path(b).exists() and tight.path(a).exists() and tight.path(c).exists()
+    assert len(tight.entries()) == 3
+
+
+def test_a_store_folder_is_made_with_its_parents(tmp_path):
+    store = KVStore(tmp_path / "a" / "b" / "store", 2**20)
+    assert store.write(KEY, IDS, "d", tensors()) and store.get(KEY) is not None
+
+
+def test_the_limit_is_said_in_mebibytes(tmp_path, caplog):
+    big = [(torch.zeros(1, 8, 2**14, 4), torch.zeros(1, 8, 2**14, 4))] * 3  # 3 x 4 MiB
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert not KVStore(tmp_path, 2**20).write(KEY, range(2**14), "d", big)
+    assert ("kvqa store: a cache of 12 MiB is larger than the store's limit (1 MiB, KVQA_STORE_MB); not written"
+            in caplog.messages)
+
+
+def test_a_full_disk_leaves_no_file_and_says_which(tmp_path, caplog, monkeypatch):
+    import errno
+
+    import kvqa.store
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(kvqa.store.os, "fsync", full)
+    store = KVStore(tmp_path / "store", 2**20)
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert store.write(KEY, IDS, "d", tensors()) is False
+    assert list((tmp_path / "store").iterdir()) == []  # the temporary file removed too
+    assert caplog.messages == [f"kvqa store: could not write {store.path(KEY).name} ([Errno 28] No space left on "
+                               "device); answers are unaffected"]
+
+
+def test_the_time_written_is_utc_in_iso_form(tmp_path):
+    import re
+    import time
+
+    store, _ = written(tmp_path)
+    _, head = header(store.path(KEY))
+    stamp = head["__metadata__"]["written"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
+    assert abs(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())) < 120
