@@ -39,8 +39,6 @@ LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>"
 
 MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server",
                   "default_tokenizer"}
-# the fixtures of the tiny random models: seconds to build, no weights read (the mutation run uses their tests)
-TINY_FIXTURES = {"tiny_lm", "llama3_tokenizer", "tiny_llama3_lm", "default_tokenizer"}
 
 
 def pytest_sessionstart(session):
@@ -55,15 +53,11 @@ def pytest_sessionstart(session):
 def pytest_collection_modifyitems(config, items):
     """Mark `slow` every test that loads a model (through a model fixture, or marked `model` because it loads one
     itself, e.g. through the app or a subprocess), and the browser and serving-engine tests: `make test-fast` runs the
-    rest (`-m "not slow"`), `make test` runs everything. Of those, mark `tiny` the ones whose only models are the tiny
-    random ones (`make mutation` runs `-m "not slow or tiny"`)."""
+    rest (`-m "not slow"`), `make test` runs everything."""
     for item in items:
-        models = MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
-        loads_itself = any(item.get_closest_marker(name) for name in ("model", "browser", "remote"))
-        if models or loads_itself:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
+                item.get_closest_marker(name) for name in ("model", "browser", "remote")):
             item.add_marker(pytest.mark.slow)
-        if models and models <= TINY_FIXTURES and not loads_itself:
-            item.add_marker(pytest.mark.tiny)
     in_file_order(items)
 
 

@@ -4,11 +4,14 @@ Chinese document and takes assets/ui-zh.png (written into assets/ only with KVQA
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+from conftest import served
 
 ASSETS = Path(__file__).parent.parent / "assets"
 SAVE_SCREENSHOTS = os.environ.get("KVQA_SCREENSHOTS") == "1"  # retake the README's screenshots (else a temp folder)
@@ -225,12 +228,9 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
     weights, its context declared shorter: the app plans parts from it, and reading a part takes a quarter of the time
     of the 8,192 it reads) is cut into parts of whole pages; a question about page 15 is answered from the part that
     holds it, the page says so, and the answer's first source is shown on page 15 of the whole document."""
-    import dataclasses
-
     from fpdf import FPDF
 
     from app import KvqaApp
-    from conftest import served
     from kvqa.config import config_from_env
     from kvqa.engines import LocalEngine
 
