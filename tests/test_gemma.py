@@ -1,8 +1,9 @@
 """Gemma 3 270M, the offline model that reads Chinese, against an outside reference: the model as transformers loads it
 alone (float32, its stock attention and its own sliding-window cache, nothing of kvqa's), answering with
-`generate(do_sample=False)` on the completion layout written out here as text. kvqa's cached answers (the document read
-once in chunks, each question's turn on top, drafting on, rolled back after) must be the same token ids, on a document
-longer than four of its 512-position windows: three questions (one in Chinese) and a four-turn conversation."""
+`generate(do_sample=False)` on the completion layout written out here as text (the document read once by the stock
+model, its stock cache copied for each call: tests/stock.py). kvqa's cached answers (the document read once in chunks,
+each question's turn on top, drafting on, rolled back after) must be the same token ids, on a document longer than
+four of its 512-position windows: three questions (one in Chinese) and a four-turn conversation."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kvqa.offline import GEMMA3, model_dir
 from kvqa.rerank import passage_order
 from kvqa.results import Question
 from kvqa.sources import candidates, quotes
+from stock import StockGenerate
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = ((ROOT / "assets" / "declaration-of-independence.md").read_text() + "\n\n"
@@ -49,7 +51,9 @@ def stock(gemma_lm):
     from transformers import AutoModelForCausalLM
 
     folder = model_dir(GEMMA3, kvqa.Config().cache_dir)
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    prefix = gemma_lm.tokenizer(f"{DOCUMENT.strip()}\n\n{INSTRUCTIONS}", return_tensors="pt")["input_ids"]
+    return StockGenerate(model, prefix)  # the document read once by the stock model, its stock cache copied per call
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +70,7 @@ def reference(stock, lm, text: str) -> tuple[int, ...]:
     """generate(do_sample=False) on the text's ids; a line end or EOS ends the answer and cannot come first."""
     ids = lm.tokenizer(text, return_tensors="pt")["input_ids"]  # with <bos>, as the model was trained
     ends = sorted(lm.eos_ids | line_end_tokens(lm.tokenizer))
-    with torch.no_grad():
-        out = stock.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False,
-                             eos_token_id=ends, begin_suppress_tokens=ends, pad_token_id=0)
-    new = out[0, ids.shape[1]:].tolist()
+    new = stock(ids, max_new_tokens=NEW_TOKENS, eos_token_id=ends, begin_suppress_tokens=ends, pad_token_id=0)
     return tuple(new[:next((i for i, t in enumerate(new) if t in ends), len(new))])
 
 

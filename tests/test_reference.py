@@ -1,6 +1,7 @@
 """Exactness against an outside reference: the default model loaded by transformers alone, in float32 with its stock
 attention (nothing of kvqa's `prepare`: no custom attention, no written-out step, no KVCache), answering with
-`generate(do_sample=False)` on the chat template's own ids. kvqa's cached answers must be the same token ids: the
+`generate(do_sample=False)` on the chat template's own ids (the system turn, the document, read once by the stock model
+and its stock cache copied for each call: tests/stock.py). kvqa's cached answers must be the same token ids: the
 document read once, each question answered from that cache (with the passage kvqa quotes in the question's turn),
 and a follow-up three turns deep."""
 
@@ -16,6 +17,7 @@ from kvqa.prompt import question_turn, system_text
 from kvqa.rerank import passage_order
 from kvqa.results import Question
 from kvqa.sources import candidates, quotes
+from stock import StockGenerate
 
 NEW_TOKENS = 32
 DOCUMENT = "\n\n".join([
@@ -53,17 +55,18 @@ def stock():
     folder = default_model_dir(kvqa.Config().cache_dir)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
     assert model.config._attn_implementation == "sdpa"
-    return model, AutoTokenizer.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    system = tokenizer.apply_chat_template([{"role": "system", "content": system_text(DOCUMENT)}], tokenize=False)
+    prefix = tokenizer(system, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    return StockGenerate(model, prefix), tokenizer  # the system turn (the document) read once by the stock model
 
 
 def reference(stock, messages: list[dict]) -> tuple[int, ...]:
     """generate(do_sample=False) on the chat template's ids, cut at the first end-of-turn token."""
-    model, tokenizer = stock
+    generate, tokenizer = stock
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False)
-    new = out[0, ids.shape[1]:].tolist()
+    new = generate(ids, max_new_tokens=NEW_TOKENS)
     ends = {tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", tokenizer.eos_token)}
     return tuple(new[:next((i for i, t in enumerate(new) if t in ends), len(new))])
 
