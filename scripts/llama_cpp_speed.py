@@ -166,7 +166,9 @@ def main() -> int:
                      for row in llama_rows(server, name, cuts, turns, args.max_new_tokens)]
         finally:
             server.stop()
-    reference = {row["target"]: row["answers"] for row in rows if row["engine"] == "kvqa"}  # the first form's
+    reference = {}  # the first form's answers, per context
+    for row in rows:
+        reference.setdefault(row["target"], row["answers"])
     for row in rows:
         row.setdefault("turn_tokens", [len(turn) for turn in turns[row["target"]]])
         pairs = zip(row["answers"], reference[row["target"]])
