@@ -22,14 +22,12 @@ class StockGenerate:
             with torch.no_grad():
                 self.cache = model(prefix, use_cache=True).cache
             self.prefix = prefix[0].tolist()
-        self.reused = 0  # calls that continued from the prefix's cache
 
     def __call__(self, ids: torch.Tensor, **options) -> list[int]:
         """The new token ids (everything generate returns after `ids`)."""
         n = len(self.prefix)
         if n and ids.shape[1] > n and ids[0, :n].tolist() == self.prefix:
             options["cache"] = copy.deepcopy(self.cache)
-            self.reused += 1
         with torch.no_grad():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **options)
         return out[0, ids.shape[1]:].tolist()
