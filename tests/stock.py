@@ -1,6 +1,6 @@
 """transformers' own `generate`, with nothing of kvqa's, as the outside reference of the exactness tests; the prompt's
 shared start (the document) is read once by the stock model and its stock cache copied for each call, as a cached
-prompt in transformers is (`past_key_values`), so each reference reads only its own turns."""
+prompt in transformers is (`cache=`; 5.24 deprecates `past_key_values=`), so each reference reads only its own turns."""
 
 from __future__ import annotations
 
