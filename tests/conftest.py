@@ -39,6 +39,10 @@ LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>"
 
 MODEL_FIXTURES = {"default_lm", "gemma_lm", "tiny_lm", "half_lms", "llama3_tokenizer", "tiny_llama3_lm", "server",
                   "default_tokenizer"}
+# tiny-model tests that still take seconds each (the bench's runs, torch.compile): left out of the `tiny` mark
+HEAVY_TINY_MODULES = {"test_bench.py", "test_compile.py"}
+# the fixtures of the tiny random Llamas (2 layers, built in well under a second) and their tokenizers
+TINY_FIXTURES = {"tiny_lm", "tiny_llama3_lm", "default_tokenizer", "llama3_tokenizer"}
 
 
 def pytest_sessionstart(session):
@@ -53,11 +57,16 @@ def pytest_sessionstart(session):
 def pytest_collection_modifyitems(config, items):
     """Mark `slow` every test that loads a model (through a model fixture, or marked `model` because it loads one
     itself, e.g. through the app or a subprocess), and the browser and serving-engine tests: `make test-fast` runs the
-    rest (`-m "not slow"`), `make test` runs everything."""
+    rest (`-m "not slow"`), `make test` runs everything. Mark `tiny` too the model tests whose only models are the
+    tiny random Llamas and that take no more than seconds (not the bench's and torch.compile's): mutation testing
+    runs them with the fast ones (`-m "not slow or tiny"`, pyproject.toml's [tool.mutmut])."""
     for item in items:
-        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) or any(
-                item.get_closest_marker(name) for name in ("model", "browser", "remote")):
+        models = MODEL_FIXTURES & set(getattr(item, "fixturenames", ()))
+        loads_itself = any(item.get_closest_marker(name) for name in ("model", "browser", "remote"))
+        if models or loads_itself:
             item.add_marker(pytest.mark.slow)
+        if models and models <= TINY_FIXTURES and not loads_itself and item.path.name not in HEAVY_TINY_MODULES:
+            item.add_marker(pytest.mark.tiny)
     in_file_order(items)
 
 

@@ -1,0 +1,143 @@
+"""The paths of a Session that the rest of the suite walked only on the way elsewhere: asking before loading, Stop,
+the measured baseline after a stop or with follow-ups, progress and callbacks when a cache is rebuilt or another
+part is read, recompute mode (`kvqa ask --no-cache`), and the latency panel's speedup. Each test names the mutation
+it was written for (mutmut's survivors: docs/testing.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvqa
+from fakes import FakeEngine
+from kvqa.engines import LocalEngine
+from kvqa.errors import QuestionError
+from kvqa.session import Session, Turn, speedup
+from kvqa.timing import Timings
+
+CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=256)
+TEXT = ("The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. "
+        "The bridge was finished in 1932 after four years of work. ") * 6
+
+
+def session_on(lm, **kw) -> Session:
+    session = Session(LocalEngine(CONFIG, lm=lm), **kw)
+    session.load(kvqa.document_from_text(TEXT))
+    return session
+
+
+def test_asking_before_loading_says_to_load_a_document_first():
+    """Guards the message id of the refusal (mutmut: `QuestionError(None)`, or another id)."""
+    session = Session(FakeEngine())
+    with pytest.raises(QuestionError) as refused:
+        session.ask("Anything?")
+    assert refused.value.message.key == "question.no_document"
+    assert session.turns == [] and session.document is None
+
+
+def timed(ttft_s: float, baseline_ttft_s: float | None = None) -> Turn:
+    baseline = None if baseline_ttft_s is None else Timings(question_tokens=9, new_tokens=3, ttft_s=baseline_ttft_s,
+                                                            answer_s=baseline_ttft_s + 0.1)
+    return Turn("q", "a", Timings(question_tokens=3, new_tokens=3, ttft_s=ttft_s, answer_s=ttft_s + 0.1),
+                baseline=baseline)
+
+
+def test_the_speedup_is_measured_from_the_baseline_estimated_from_the_read_or_not_said():
+    """Guards each branch of speedup(): a first token of 0 s (`<=` made `<`: a division by zero), the measured
+    ratio (`/` made `*`) and its flag, and the "unknown" answer (0.0, False)."""
+    assert speedup(timed(0.25, baseline_ttft_s=2.0), 10.0) == (8.0, True)  # measured wins over an estimate
+    assert speedup(timed(0.25), 10.0) == ((10.0 + 0.25) / 0.25, False)
+    assert speedup(timed(0.0), 10.0) == (0.0, False)
+    assert speedup(timed(0.0, baseline_ttft_s=2.0), None) == (0.0, False)
+    assert speedup(timed(0.25), None) == (0.0, False)
+
+
+def test_a_rebuilt_cache_reports_progress_and_is_handed_to_on_rebuild():
+    """Guards the progress callback's way from ask() to the rebuild (mutmut: `progress=None` in ask, _ask and
+    _answer's prefill)."""
+    engine = FakeEngine(chunks=3)
+    session = Session(engine)
+    session.load(kvqa.document_from_text("word " * 50))
+    assert session.try_evict() and session.prefilled is None
+    said, rebuilt = [], []
+    session.ask("What word?", progress=said.append, on_rebuild=rebuilt.append).answer  # noqa: B018 - runs it
+    assert said == [pytest.approx(1 / 3), pytest.approx(2 / 3), 1.0]
+    assert rebuilt == [session.prefilled] and engine.prefills == 2
+
+
+def test_reading_another_part_reports_progress_and_hands_the_part_to_on_part():
+    """Guards the progress callback's way to the part read for a question, and the part handed to on_part (mutmut:
+    `progress=None` in _read_part_for's call, `on_part(None)`)."""
+    engine = FakeEngine(context_tokens=60, chunks=2)
+    paragraphs = [f"Paragraph {i} tells of the {word} and nothing else. " * 4 for i, word in
+                  enumerate(["harbour", "lighthouse", "orchard", "quarry"])]
+    session = Session(engine)
+    session.load(kvqa.document_from_text("\n\n".join(paragraphs)))
+    assert len(session.parts) >= 2
+    first_part = session.document.part
+    said, parts = [], []
+    session.ask("What of the quarry?", progress=said.append, on_part=parts.append).answer  # noqa: B018 - runs it
+    assert session.document.part != first_part and "quarry" in session.document.text
+    assert parts == [session.prefilled] and parts[0].document is session.document
+    assert said == [0.5, 1.0]
+
+
+def test_stop_ends_the_answer_and_no_baseline_is_measured_for_it(tiny_lm):
+    """Guards Stop's way into the answer (mutmut: `should_stop=None` or left out in _answer) and that a stopped
+    answer is not measured against a recompute (mutmut: the "stopped" check's string changed)."""
+    session = session_on(tiny_lm)
+    full = session.ask("Where does the ferry leave from?").answer
+    assert full.timings.new_tokens > 2
+    stream = session.ask("Where does the ferry leave from?", baseline=True)
+    next(iter(stream))
+    session.stop()
+    stopped = stream.answer
+    assert stopped.stop_reason == "stopped" and stopped.timings.new_tokens < full.timings.new_tokens
+    assert session.turns[-1].stopped and session.turns[-1].baseline is None and session.turns[-1].baseline_same is None
+
+
+def test_the_baseline_of_a_follow_up_recomputes_the_same_prompt(tiny_lm):
+    """The measured baseline reads the same prompt as the cached answer, earlier turns included: its tokens are the
+    cached answer's (mutmut: `history=` left out of the recompute)."""
+    session = session_on(tiny_lm)
+    session.remember = True
+    for question in ("Where does the ferry leave from?", "And when?", "When does the museum close?"):
+        session.ask(question, baseline=True).answer  # noqa: B018 - runs it
+    assert [t.follows for t in session.turns] == [0, 1, 2]
+    assert all(t.baseline is not None and t.baseline_same for t in session.turns)
+    alone = session_on(tiny_lm).ask("When does the museum close?").answer
+    assert alone.text != session.turns[-1].answer  # the follow-up read its history: leaving it out shows
+
+
+def test_the_baseline_reads_the_prompt_the_cache_was_made_with(tiny_llama3_lm, monkeypatch):
+    """A cache made on another day (Llama 3's date line) is measured against a recompute of that day's prompt, not
+    today's (mutmut: `prompt=None` in the baseline)."""
+    import kvqa.prompt
+
+    monkeypatch.setattr(kvqa.prompt, "today", lambda: "1 Jan 1999")
+    session = session_on(tiny_llama3_lm)
+    monkeypatch.setattr(kvqa.prompt, "today", lambda: "29 Nov 2026")
+    cached = session.ask("When does the museum open?", baseline=True).answer
+    assert session.turns[-1].baseline_same is True
+    today = kvqa.answer_without_cache(tiny_llama3_lm, session.document, "When does the museum open?", config=CONFIG)
+    assert today.token_ids != cached.token_ids  # today's prompt answers otherwise: the check can tell them apart
+
+
+def test_recompute_mode_answers_from_the_whole_prompt_and_records_the_turn(tiny_lm):
+    """`kvqa ask --no-cache`: nothing is read at load; each answer reads the whole prompt again, equals the cached
+    answer, and is recorded like one (mutmut: _answer_again, reached by no other fast or tiny test)."""
+    cached = session_on(tiny_lm)
+    again = session_on(tiny_lm, recompute=True)
+    assert again.prefilled is None and again.document is not None
+    for question in ("Where does the ferry leave from?", "When was the bridge finished?"):
+        a, b = cached.ask(question).answer, again.ask(question).answer
+        assert a.token_ids == b.token_ids and not b.used_cache and a.used_cache
+        assert b.timings.question_tokens > a.timings.question_tokens  # it read the document with the question
+    turn = again.turns[-1]
+    assert turn.question == "When was the bridge finished?" and turn.answer == b.text
+    assert turn.timings == b.timings and turn.stop_reason == b.stop_reason
+    assert turn.sources == b.sources and turn.sources and turn.unsupported == b.unsupported
+    assert turn.part is None and len(again.turns) == 2 and again.prefilled is None
+    stream = again.ask("Where does the ferry leave from?")
+    next(iter(stream))
+    again.stop()
+    assert stream.answer.stop_reason == "stopped" and again.turns[-1].stopped
