@@ -4,10 +4,12 @@ kvqa.generate.decode_n_tokens (docs/testing.md); each test names the mutations i
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import replace
 
 import pytest
+import torch
 
 import kvqa
 import kvqa.generate
@@ -17,6 +19,7 @@ from kvqa.generate import decode_n_tokens, run_chunks
 TEXT = "The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. " * 4
 QUESTION = "When does the museum open?"
 NEW = 10
+REAL_CHOOSE = kvqa.generate.choose
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +47,17 @@ def decode(lm, doc, options=PLAIN, **kw) -> kvqa.Answer:
     *pieces, answer = events
     assert "".join(pieces) == answer.text
     return answer
+
+
+def scripted_choices(monkeypatch, script: dict[int, int]) -> None:
+    """kvqa.generate.choose returns script[n] at its n-th call (from 1), else the model's choice."""
+    calls = []
+
+    def choose(logits, temperature, generator):
+        calls.append(1)
+        return script.get(len(calls)) or REAL_CHOOSE(logits, temperature, generator)
+
+    monkeypatch.setattr(kvqa.generate, "choose", choose)
 
 
 def test_a_plain_answer_counts_its_steps_and_times_them(tiny_lm, doc, plain, monkeypatch):
@@ -90,13 +104,7 @@ def test_special_tokens_are_not_said_while_streaming(tiny_lm, doc, plain, monkey
     pieces add up to the answer (mutmut: `skip_special_tokens` dropped from the streaming decode)."""
     special = tiny_lm.tokenizer.convert_tokens_to_ids("<|im_start|>")
     assert special not in tiny_lm.eos_ids
-    real_choose, calls = kvqa.generate.choose, []
-
-    def choose(logits, temperature, generator):
-        calls.append(1)
-        return special if len(calls) == 2 else real_choose(logits, temperature, generator)
-
-    monkeypatch.setattr(kvqa.generate, "choose", choose)
+    scripted_choices(monkeypatch, {2: special})
     answer = decode(tiny_lm, doc)  # asserts the pieces add up to the text
     assert answer.token_ids[1] == special and "<|im_start|>" not in answer.text and answer.text
 
@@ -130,12 +138,15 @@ def test_drafting_counts_what_it_kept_and_reads_the_prompt_and_sampling_never_dr
     one = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=1)
     t = one.timings
     assert one.token_ids == plain.token_ids and t.drafted_tokens > 0 and t.rejected_tokens == 0
-    assert t.new_tokens == 1 + t.decode_steps + t.drafted_tokens and t.decode_steps < NEW - 1
-    assert len(contexts) == 1 and contexts[0][:doc.tokens] == list(doc.ids) and len(contexts[0]) > doc.tokens
+    assert t.new_tokens == 1 + t.decode_steps + t.drafted_tokens  # no guess counted beyond the answer's limit
+    assert t.decode_steps == -(-(NEW - 1) // 2)  # two tokens a step while two fit, then one
+    four = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=4).timings  # guesses up to the room left, no fewer
+    assert four.new_tokens == NEW == 1 + four.decode_steps + four.drafted_tokens and four.decode_steps == 2
+    assert len(contexts) == 2 and contexts[0][:doc.tokens] == list(doc.ids) and len(contexts[0]) > doc.tokens
     sampled = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=4, temperature=1.0, seed=5)
     again = kvqa.answer(tiny_lm, doc, QUESTION, temperature=1.0, seed=5)
     assert sampled.timings.drafted_tokens == 0 and sampled.token_ids == again.token_ids
-    assert len(contexts) == 1  # no drafter made for sampling
+    assert len(contexts) == 2  # no drafter made for sampling
 
 
 def test_a_line_end_cannot_be_the_first_token_but_ends_the_answer_later(tiny_lm, doc, plain):
@@ -161,3 +172,90 @@ def test_sampling_without_a_seed_samples(tiny_lm, doc, plain):
     which manual_seed refuses)."""
     answers = {kvqa.answer(tiny_lm, doc, QUESTION, temperature=2.0).token_ids for _ in range(3)}
     assert all(len(a) == NEW for a in answers) and answers != {plain.token_ids}
+
+
+def test_leading_whitespace_is_not_said_and_a_line_end_waits_for_words(tiny_lm, doc, monkeypatch):
+    """A line-ended answer that begins with a space: the space is not said, and the stop ids stay ruled out until a
+    word is (mutmut: `lstrip` made `rstrip` or None, `blank` not updated, the later steps' `unsaid` dropped)."""
+    space = tiny_lm.tokenizer.convert_tokens_to_ids("\u0120")  # byte-level BPE's space
+    scripted_choices(monkeypatch, {1: space})
+    free = decode(tiny_lm, doc)
+    after_space = free.token_ids[1]
+    scripted_choices(monkeypatch, {1: space})
+    answer = decode(tiny_lm, doc, stop_ids=frozenset({after_space}))
+    assert answer.token_ids[0] == space and answer.token_ids[1] != after_space  # ruled out: nothing said yet
+    assert answer.text and not answer.text[0].isspace()
+    assert answer.text == tiny_lm.tokenizer.decode(answer.token_ids, skip_special_tokens=True).lstrip()
+
+
+def test_half_a_character_is_held_back_until_its_other_half(tiny_lm, doc, monkeypatch):
+    """A Chinese character whose bytes span two tokens is streamed whole, never as a replacement character
+    (mutmut: the hold-back's test changed)."""
+    char = next(c for c in "\u9f98\u9b31\U0001f642" if len(tiny_lm.tokenizer.encode(c, add_special_tokens=False)) == 2)
+    halves = tiny_lm.tokenizer.encode(char, add_special_tokens=False)
+    assert "\ufffd" in tiny_lm.tokenizer.decode(halves[:1])
+    scripted_choices(monkeypatch, {1: halves[0], 2: halves[1], 4: halves[0], 5: halves[1]})
+    events = []
+    ids = doc.prompt.question_ids(QUESTION, limit=doc.max_question_tokens, history=(), quotes=[])
+    try:
+        logits = run_chunks(tiny_lm, ids, doc.cache, chunk_size=len(ids))
+        events = list(decode_n_tokens(tiny_lm, logits, doc.cache, PLAIN, question=QUESTION, question_tokens=len(ids),
+                                      max_new_tokens=6, started=time.perf_counter(), used_cache=True))
+    finally:
+        doc.cache.rollback(doc.tokens)
+    *pieces, answer = events
+    assert "".join(pieces) == answer.text and answer.text.startswith(char) and answer.text.count(char) == 2
+    assert not any("\ufffd" in piece for piece in pieces)
+
+
+def test_the_repetition_penalty_reaches_every_choice(tiny_lm, doc, plain, monkeypatch):
+    """With a penalty, every choice is made on logits penalised by all the answer said before it, in plain steps and
+    in drafting's checks alike (the random model never repeats itself, so answers alone cannot show it; mutmut: the
+    said tokens left out of `penalise`)."""
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    assert kvqa.generate.penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]
+    real_penalise = kvqa.generate.penalise
+    for draft in (0, 1):
+        said: list[tuple[int, ...]] = []
+
+        def penalise(logits, tokens, penalty):
+            said.append(tuple(tokens))
+            return real_penalise(logits, tokens, penalty)
+
+        monkeypatch.setattr(kvqa.generate, "penalise", penalise)
+        if draft:
+            rigged_drafter(monkeypatch, plain, [])
+        answer = kvqa.answer(tiny_lm, doc, QUESTION, repetition_penalty=2.0, draft_tokens=draft)
+        assert answer.token_ids == plain.token_ids
+        assert all(s and plain.token_ids[:len(s)] == s for s in said), said  # all said before, in order
+        assert {len(s) for s in said} == set(range(1, NEW)), draft  # every choice after the first
+
+
+def test_a_completion_prompts_answer_ends_at_its_line_end(default_tokenizer, monkeypatch):
+    """A model without a chat template (a pretrained one: Gemma 3 270M's layout) answers on one line: a line end
+    after some words ends the answer as EOS does, on the cached path (mutmut: _answer_on_cache's `stop_ids` left out
+    or asked of no model)."""
+    from conftest import tiny_llama
+
+    tokenizer = copy.deepcopy(default_tokenizer)
+    tokenizer.chat_template = None
+    lm = tiny_llama(tokenizer, seed=2)
+    doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=NEW))
+    assert doc.prompt.stops_at_line_end
+    free = kvqa.answer(lm, doc, QUESTION)
+    line_end = tokenizer.convert_tokens_to_ids("\u010a")  # byte-level BPE's "\n"
+    scripted_choices(monkeypatch, {3: line_end})
+    answer = kvqa.answer(lm, doc, QUESTION)
+    assert answer.stop_reason == "eos" and answer.token_ids == free.token_ids[:2] and "\n" not in answer.text
+
+
+def test_a_list_that_counts_up_is_caught_repeating(tiny_lm, doc, monkeypatch):
+    """A run that repeats but for its numbers ("1 a b 2 a b 3 a b") ends as repeating: the number tokens count as
+    one (mutmut: decode_n_tokens' number tokens not passed to is_looping)."""
+    vocab = tiny_lm.tokenizer
+    a, b = vocab.convert_tokens_to_ids("\u0120ferry"), vocab.convert_tokens_to_ids("\u0120pier")
+    run = [t for n in "1234" for t in (vocab.convert_tokens_to_ids(n), a, b)]
+    scripted_choices(monkeypatch, dict(enumerate(run, start=1)))
+    answer = decode(tiny_lm, doc, replace(PLAIN, repeat_stop=6), max_new_tokens=len(run))
+    assert answer.stop_reason == "repeating" and len(answer.token_ids) < len(run)
+    assert list(answer.token_ids) == run[:len(answer.token_ids)]

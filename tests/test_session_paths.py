@@ -34,6 +34,17 @@ def test_asking_before_loading_says_to_load_a_document_first():
     assert session.turns == [] and session.document is None
 
 
+def test_a_new_session_holds_nothing_and_is_free():
+    """What the app reads of a session before its first document (mutmut: __init__'s initial values)."""
+    session = Session(FakeEngine())
+    assert (session.whole, session.document, session.notice, session.prefilled, session.fingerprint) == (None,) * 5
+    assert (session.parts, session.turns, session.conversation(), session.history()) == ([], [], [], [])
+    assert (session.pinned, session.ready_only, session.remember, session.closed, session.recompute,
+            session.busy) == (False,) * 6
+    assert all(type(flag) is bool for flag in (session.pinned, session.ready_only, session.remember, session.closed,
+                                               session.recompute))
+
+
 def timed(ttft_s: float, baseline_ttft_s: float | None = None) -> Turn:
     baseline = None if baseline_ttft_s is None else Timings(question_tokens=9, new_tokens=3, ttft_s=baseline_ttft_s,
                                                             answer_s=baseline_ttft_s + 0.1)
@@ -100,9 +111,13 @@ def test_the_baseline_of_a_follow_up_recomputes_the_same_prompt(tiny_lm):
     cached answer's (mutmut: `history=` left out of the recompute)."""
     session = session_on(tiny_lm)
     session.remember = True
-    for question in ("Where does the ferry leave from?", "And when?", "When does the museum close?"):
-        session.ask(question, baseline=True).answer  # noqa: B018 - runs it
+    answers = [session.ask(q, baseline=True).answer
+               for q in ("Where does the ferry leave from?", "And when?", "When does the museum close?")]
     assert [t.follows for t in session.turns] == [0, 1, 2]
+    for turn, answer in zip(session.turns, answers):  # each turn records its answer whole
+        assert (turn.answer, turn.timings, turn.stop_reason) == (answer.text, answer.timings, answer.stop_reason)
+        assert turn.sources == answer.sources and turn.unsupported == answer.unsupported and turn.part is None
+    assert any(t.unsupported for t in session.turns) and any(t.sources for t in session.turns)
     assert all(t.baseline is not None and t.baseline_same for t in session.turns)
     alone = session_on(tiny_lm).ask("When does the museum close?").answer
     assert alone.text != session.turns[-1].answer  # the follow-up read its history: leaving it out shows
@@ -141,3 +156,22 @@ def test_recompute_mode_answers_from_the_whole_prompt_and_records_the_turn(tiny_
     next(iter(stream))
     again.stop()
     assert stream.answer.stop_reason == "stopped" and again.turns[-1].stopped
+
+
+
+def test_recompute_mode_loads_a_document_or_a_chosen_part_without_reading_it(tiny_lm):
+    """Loading in recompute mode records what the questions will read: the whole document (one part, no notice), or
+    the characters the user chose (pinned, said); the same document again is "already loaded" and keeps the turns
+    (mutmut: load's recompute branch)."""
+    document = kvqa.document_from_text(TEXT)
+    session = Session(LocalEngine(CONFIG, lm=tiny_lm), recompute=True)
+    assert session.load(document) is True
+    assert (session.whole, session.document, session.parts, session.pinned, session.notice) == (
+        document, document, [(1, len(TEXT), 0)], False, None)
+    session.ask("Where does the ferry leave from?").answer  # noqa: B018 - runs it
+    assert session.load(document) is False and len(session.turns) == 1  # already loaded: nothing changes
+    assert session.load(document, part=(1, 120)) is True
+    assert session.whole is document and session.document.text == TEXT[:120] and session.parts == [(1, 120, 0)]
+    assert session.pinned and session.notice.key == "notice.chosen" and session.turns == []
+    assert session.prefilled is None and session.ask("When does the museum open?").answer.text
+    assert session.turns[-1].part == session.document.part and session.turns[-1].part.last == 120
