@@ -45,7 +45,7 @@ def decode(lm, doc, options=PLAIN, **kw) -> kvqa.Answer:
     finally:
         doc.cache.rollback(doc.tokens)
     *pieces, answer = events
-    assert "".join(pieces) == answer.text
+    assert "".join(pieces) == answer.text and all(pieces)  # the pieces add up to the answer, none of them empty
     return answer
 
 
@@ -71,8 +71,11 @@ def test_a_plain_answer_counts_its_steps_and_times_them(tiny_lm, doc, plain, mon
         return real(lm, token, cache)
 
     monkeypatch.setattr(kvqa.generate, "decode_one_token", slow_step)
+    started = time.perf_counter()
     answer = decode(tiny_lm, doc)
+    wall = time.perf_counter() - started
     t = answer.timings
+    assert t.answer_s <= wall  # timed from the question's start: no longer than the call took
     assert answer.token_ids == plain.token_ids and answer.stop_reason == "length"
     assert t.new_tokens == NEW and t.decode_steps == NEW - 1 and t.drafted_tokens == 0 and t.rejected_tokens == 0
     assert 0 < t.ttft_s < slept < t.answer_s  # the first token comes from the question's forward, before any step
@@ -143,10 +146,13 @@ def test_drafting_counts_what_it_kept_and_reads_the_prompt_and_sampling_never_dr
     four = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=4).timings  # guesses up to the room left, no fewer
     assert four.new_tokens == NEW == 1 + four.decode_steps + four.drafted_tokens and four.decode_steps == 2
     assert len(contexts) == 2 and contexts[0][:doc.tokens] == list(doc.ids) and len(contexts[0]) > doc.tokens
+    ends = replace(tiny_lm, eos_ids=frozenset({plain.token_ids[3]}))  # an end among the guesses the model agrees with
+    ended = kvqa.answer(ends, doc, QUESTION, draft_tokens=4)
+    assert ended.stop_reason == "eos" and ended.token_ids == plain.token_ids[:3]  # nothing taken after the end
     sampled = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=4, temperature=1.0, seed=5)
     again = kvqa.answer(tiny_lm, doc, QUESTION, temperature=1.0, seed=5)
     assert sampled.timings.drafted_tokens == 0 and sampled.token_ids == again.token_ids
-    assert len(contexts) == 2  # no drafter made for sampling
+    assert len(contexts) == 3  # no drafter made for sampling
 
 
 def test_a_line_end_cannot_be_the_first_token_but_ends_the_answer_later(tiny_lm, doc, plain):
@@ -206,6 +212,15 @@ def test_half_a_character_is_held_back_until_its_other_half(tiny_lm, doc, monkey
     *pieces, answer = events
     assert "".join(pieces) == answer.text and answer.text.startswith(char) and answer.text.count(char) == 2
     assert not any("\ufffd" in piece for piece in pieces)
+    ends = replace(tiny_lm, eos_ids=frozenset({halves[1]}))  # the model ends after half a character: said as is
+    scripted_choices(monkeypatch, {1: halves[0], 2: halves[1]})
+    ended = decode(ends, doc)  # (asserts the pieces add up to the text)
+    assert ended.stop_reason == "eos" and ended.text == tiny_lm.tokenizer.decode(halves[:1]) and ended.text
+    scripted_choices(monkeypatch, {1: halves[0]})
+    cut = decode(tiny_lm, doc, max_new_tokens=1)  # the limit cuts after half a character: not said
+    assert cut.stop_reason == "length" and cut.token_ids == tuple(halves[:1]) and cut.text == ""
+    scripted_choices(monkeypatch, {1: tiny_lm.tokenizer.convert_tokens_to_ids("X")})
+    assert decode(tiny_lm, doc, max_new_tokens=1).text == "X"  # only half characters are cut, nothing else
 
 
 def test_the_repetition_penalty_reaches_every_choice(tiny_lm, doc, plain, monkeypatch):
