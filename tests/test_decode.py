@@ -145,6 +145,7 @@ def test_drafting_counts_what_it_kept_and_reads_the_prompt_and_sampling_never_dr
     assert t.decode_steps == -(-(NEW - 1) // 2)  # two tokens a step while two fit, then one
     four = kvqa.answer(tiny_lm, doc, QUESTION, draft_tokens=4).timings  # guesses up to the room left, no fewer
     assert four.new_tokens == NEW == 1 + four.decode_steps + four.drafted_tokens and four.decode_steps == 2
+    assert four.single_step_s == 0.0 and four.draft_speedup is None  # no one-token step to time: none said
     assert len(contexts) == 2 and contexts[0][:doc.tokens] == list(doc.ids) and len(contexts[0]) > doc.tokens
     ends = replace(tiny_lm, eos_ids=frozenset({plain.token_ids[3]}))  # an end among the guesses the model agrees with
     ended = kvqa.answer(ends, doc, QUESTION, draft_tokens=4)
@@ -274,3 +275,6 @@ def test_a_list_that_counts_up_is_caught_repeating(tiny_lm, doc, monkeypatch):
     answer = decode(tiny_lm, doc, replace(PLAIN, repeat_stop=6), max_new_tokens=len(run))
     assert answer.stop_reason == "repeating" and len(answer.token_ids) < len(run)
     assert list(answer.token_ids) == run[:len(answer.token_ids)]
+    scripted_choices(monkeypatch, dict(enumerate(run, start=1)))
+    shortest = decode(tiny_lm, doc, replace(PLAIN, repeat_stop=1), max_new_tokens=len(run))
+    assert shortest.stop_reason == "repeating" and len(shortest.token_ids) == 6  # "1 a b 2 a b": once is enough

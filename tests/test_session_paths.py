@@ -5,6 +5,8 @@ it was written for (mutmut's survivors: docs/testing.md)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import kvqa
@@ -43,6 +45,53 @@ def test_a_new_session_holds_nothing_and_is_free():
             session.busy) == (False,) * 6
     assert all(type(flag) is bool for flag in (session.pinned, session.ready_only, session.remember, session.closed,
                                                session.recompute))
+
+
+def test_the_same_document_again_is_already_loaded_and_keeps_the_conversation():
+    """Loading what is loaded reads nothing and keeps the turns; once its cache was evicted it is read again
+    (mutmut: the "already loaded" check's `is not None` made `is None`)."""
+    engine = FakeEngine()
+    session = Session(engine)
+    document = kvqa.document_from_text("word " * 40)
+    assert session.load(document) is True
+    session.ask("What word?").answer  # noqa: B018 - runs it
+    assert session.load(document) is False and len(session.turns) == 1 and engine.prefills == 1
+    assert session.try_evict()
+    assert session.load(document) is True and session.prefilled is not None and engine.prefills == 2
+
+
+def test_a_cache_shared_from_memory_says_how_long_getting_it_took_not_the_first_read():
+    """The second session of one document takes the first one's cache: its status says "from memory" and the time
+    that took it, not the first read's (mutmut: ready_s from the prefill for a shared cache, or `+ started`)."""
+    from kvqa.session import cache_origin
+    from kvqa.shared import SharedCaches
+
+    engine, shared = FakeEngine(), SharedCaches()
+    document = kvqa.document_from_text("word " * 40)
+    first, second = Session(engine, shared=shared), Session(engine, shared=shared)
+    first.load(document)
+    read_s = first.prefilled.prefill_s
+    started = time.perf_counter()
+    second.load(document)
+    took = time.perf_counter() - started
+    assert engine.prefills == 1 and second.prefilled is first.prefilled and second.origin == "memory"
+    assert 0 <= second.ready_s <= took < read_s  # the fake's read "took" 10 ms; taking it from memory, less
+    assert cache_origin(second).key == "origin.memory" and first.ready_s == read_s
+
+
+def test_a_failed_prefill_gives_back_the_room_it_reserved():
+    """A document whose read fails after the budget reserved room for it leaves the budget as it was (mutmut: the
+    reservation cancelled for no one)."""
+    from kvqa.budget import CacheBudget
+
+    def fail(document, chunk):
+        raise MemoryError
+
+    budget = CacheBudget(10 * 2**20)
+    session = Session(FakeEngine(on_chunk=fail), budget)
+    with pytest.raises(MemoryError):
+        session.load(kvqa.document_from_text("word " * 40))
+    assert budget.used_bytes == 0 and not budget._reserved and session.document is None
 
 
 def timed(ttft_s: float, baseline_ttft_s: float | None = None) -> Turn:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import weakref
 
 import pytest
@@ -14,6 +15,7 @@ from kvqa.budget import CacheBudget
 from kvqa.cache import bytes_per_token
 from kvqa.engines import LocalEngine
 from kvqa.session import Session
+from kvqa.session_parts import YIELD_WAIT_S
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
 DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)
@@ -128,10 +130,12 @@ def test_a_session_does_one_thing_at_a_time(tiny_lm):
     session.load(DOCS[0])
     running = session.ask("What is the code word?")
     next(running)
+    started = time.monotonic()
     with pytest.raises(kvqa.BusyError):
         answer(tiny_lm, session, "Another?")
     with pytest.raises(kvqa.BusyError):
         session.load(DOCS[1])
+    assert time.monotonic() - started < YIELD_WAIT_S / 2  # refused at once: no part is being read ahead to wait for
     running.close()
     reference = new_session(tiny_lm)
     reference.load(DOCS[0])
