@@ -197,3 +197,26 @@ def test_the_time_written_is_utc_in_iso_form(tmp_path):
     stamp = head["__metadata__"]["written"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", stamp)
     assert abs(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime())) < 120
+
+
+def test_the_background_writer_says_what_happened_and_outlives_a_failed_write(tmp_path, caplog, monkeypatch):
+    """put() writes in the background: its future says True once the file is there, False when the write raised
+    (logged), and the writer goes on to the next one (mutmut: `_write_loop`'s `ok = True` first, a writer that
+    dies or never starts)."""
+    store = KVStore(tmp_path / "store", 2**20)
+    kv = tensors()
+    assert store.put(KEY, IDS, "01 Dec 2026", kv).result(timeout=30) is True and store.get(KEY) is not None
+    real_write = KVStore.write
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(KVStore, "write", broken)
+    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        assert store.put(KEY, IDS, "01 Dec 2026", kv).result(timeout=30) is False
+    assert "disk on fire" in caplog.text
+    monkeypatch.setattr(KVStore, "write", real_write)
+    other = replace(KEY, text_sha256=text_sha256("another document"))
+    assert store.put(other, IDS, "01 Dec 2026", kv, read_s=2.0).result(timeout=30) is True
+    store.flush()
+    assert store.get(other).read_s == 2.0
