@@ -13,6 +13,7 @@ import torch
 
 import kvqa
 import kvqa.generate
+from conftest import tiny_llama
 from kvqa.config import PLAIN
 from kvqa.generate import decode_n_tokens, run_chunks
 
@@ -34,19 +35,24 @@ def plain(tiny_lm, doc) -> kvqa.Answer:
     return answer
 
 
-def decode(lm, doc, options=PLAIN, **kw) -> kvqa.Answer:
-    """decode_n_tokens called directly on the question's turn (no quote), the cache rolled back after."""
+def streamed(lm, doc, options=PLAIN, **kw) -> tuple[list[str], kvqa.Answer]:
+    """decode_n_tokens called directly on the question's turn (no quote), the cache rolled back after: the pieces
+    it streamed, and the Answer."""
     ids = doc.prompt.question_ids(QUESTION, limit=doc.max_question_tokens, history=(), quotes=[])
     try:
         logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
-        events = list(decode_n_tokens(lm, logits, doc.cache, options, question=QUESTION, question_tokens=len(ids),
-                                      max_new_tokens=kw.pop("max_new_tokens", NEW), started=time.perf_counter(),
-                                      used_cache=True, **kw))
+        *pieces, answer = decode_n_tokens(lm, logits, doc.cache, options, question=QUESTION, question_tokens=len(ids),
+                                          max_new_tokens=kw.pop("max_new_tokens", NEW), started=time.perf_counter(),
+                                          used_cache=True, **kw)
     finally:
         doc.cache.rollback(doc.tokens)
-    *pieces, answer = events
     assert "".join(pieces) == answer.text and all(pieces)  # the pieces add up to the answer, none of them empty
-    return answer
+    return pieces, answer
+
+
+def decode(lm, doc, options=PLAIN, **kw) -> kvqa.Answer:
+    """streamed()'s Answer."""
+    return streamed(lm, doc, options, **kw)[1]
 
 
 def scripted_choices(monkeypatch, script: dict[int, int]) -> None:
@@ -55,7 +61,7 @@ def scripted_choices(monkeypatch, script: dict[int, int]) -> None:
 
     def choose(logits, temperature, generator):
         calls.append(1)
-        return script.get(len(calls)) or REAL_CHOOSE(logits, temperature, generator)
+        return script[len(calls)] if len(calls) in script else REAL_CHOOSE(logits, temperature, generator)
 
     monkeypatch.setattr(kvqa.generate, "choose", choose)
 
@@ -202,16 +208,8 @@ def test_half_a_character_is_held_back_until_its_other_half(tiny_lm, doc, monkey
     halves = tiny_lm.tokenizer.encode(char, add_special_tokens=False)
     assert "\ufffd" in tiny_lm.tokenizer.decode(halves[:1])
     scripted_choices(monkeypatch, {1: halves[0], 2: halves[1], 4: halves[0], 5: halves[1]})
-    events = []
-    ids = doc.prompt.question_ids(QUESTION, limit=doc.max_question_tokens, history=(), quotes=[])
-    try:
-        logits = run_chunks(tiny_lm, ids, doc.cache, chunk_size=len(ids))
-        events = list(decode_n_tokens(tiny_lm, logits, doc.cache, PLAIN, question=QUESTION, question_tokens=len(ids),
-                                      max_new_tokens=6, started=time.perf_counter(), used_cache=True))
-    finally:
-        doc.cache.rollback(doc.tokens)
-    *pieces, answer = events
-    assert "".join(pieces) == answer.text and answer.text.startswith(char) and answer.text.count(char) == 2
+    pieces, answer = streamed(tiny_lm, doc, max_new_tokens=6)  # (asserts the pieces add up to the text)
+    assert answer.text.startswith(char) and answer.text.count(char) == 2
     assert not any("\ufffd" in piece for piece in pieces)
     ends = replace(tiny_lm, eos_ids=frozenset({halves[1]}))  # the model ends after half a character: said as is
     scripted_choices(monkeypatch, {1: halves[0], 2: halves[1]})
@@ -251,8 +249,6 @@ def test_a_completion_prompts_answer_ends_at_its_line_end(default_tokenizer, mon
     """A model without a chat template (a pretrained one: Gemma 3 270M's layout) answers on one line: a line end
     after some words ends the answer as EOS does, on the cached path (mutmut: _answer_on_cache's `stop_ids` left out
     or asked of no model)."""
-    from conftest import tiny_llama
-
     tokenizer = copy.deepcopy(default_tokenizer)
     tokenizer.chat_template = None
     lm = tiny_llama(tokenizer, seed=2)
