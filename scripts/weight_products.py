@@ -11,10 +11,15 @@ checks that int4's rows are independent (a row alone gives the bits it gives amo
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kvqa.weights import int8_rows  # noqa: E402
 
 LAYERS = 30
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # (out, in)
@@ -49,8 +54,7 @@ def products(rows: int) -> dict[str, float]:
         w = torch.randn(out, n_in) * 0.05
         x = torch.randn(rows, n_in)
         xb = x.to(torch.bfloat16)
-        scales = (w.abs().amax(1) / 127).to(torch.bfloat16)
-        int8 = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+        int8, scales = int8_rows(w)  # kvqa's own int8 form
         wb = w.to(torch.bfloat16)
         packed, sz = int4_pack(w, GROUP)
         szb = sz.to(torch.bfloat16)
