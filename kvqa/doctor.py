@@ -14,7 +14,7 @@ from .config import Config
 from .errors import ModelError
 from .model import choose_attention, choose_device, choose_dtype
 from .offline import installed, offline_model
-from .weights import choose_weights
+from .weights import choose_weights, choose_widening
 
 GATED_PREFIXES = ("meta-llama/",)
 
@@ -75,9 +75,9 @@ def diagnose(config: Config, environ) -> list[Check]:
         checks.append(Check("device", config.device, str(e)))
         device, dtype = torch.device("cpu"), torch.float32
     try:
-        weights = choose_weights(config.weights, device, dtype, compile=config.compile == "on")
-        checks.append(Check("weights", weights + (" (one byte a weight; --weights fp32 for float32's)"
-                                                  if weights == "int8" else "")))
+        weights = choose_weights(config.weights, device, dtype, model=config.model, compile=config.compile == "on")
+        checks.append(Check("weights", weights + (f" (one byte a weight, {choose_widening()}; --weights fp32 for "
+                                                  "float32's)" if weights == "int8" else "")))
     except ModelError as e:
         checks.append(Check("weights", config.weights, str(e)))
 

@@ -22,7 +22,7 @@ from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
 from .offline import SMOLLM2, model_dir, offline_model
-from .weights import choose_weights, quantize, weight_bytes
+from .weights import Widening, choose_weights, choose_widening, quantize, weight_bytes
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -60,7 +60,7 @@ def load_model(config: Config = Config()) -> LoadedModel:
     """The model named by config, loaded on first use and shared by every caller in the process."""
     device = choose_device(config.device)
     weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device),  # "auto" and its form: one
-                             compile=config.compile == "on")
+                             model=config.model, compile=config.compile == "on")
     key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile, weights)
     with _lock:
         if key not in _loaded:
@@ -136,9 +136,10 @@ def _load(config: Config) -> LoadedModel:
 
 
 def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
-            compile: bool = False, weights: str = "fp32") -> LoadedModel:
+            compile: bool = False, weights: str = "fp32", widening: Widening | None = None) -> LoadedModel:
     """Check a model is supported, move it to its device in eval mode, put its weights in the form named
-    (kvqa.weights.choose_weights), and describe it. compile: decode through compiled_decode_step()."""
+    (kvqa.weights.choose_weights; int8's long products widened as `widening` says, default this CPU's
+    choose_widening()), and describe it. compile: decode through compiled_decode_step()."""
     if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
         import transformers
 
@@ -147,8 +148,9 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if reason:
         raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
-    weights = choose_weights(weights, device, next(model.parameters()).dtype, compile=compile)
-    quantize(model, weights)
+    weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
+    widening = widening or choose_widening()
+    quantize(model, weights, widening)
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(GROUPED_SDPA)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from .weights import widening_of
+
 log = logging.getLogger(__name__)
 
 FORMAT = 2  # bump when what a file holds or how it is laid out changes: older files then miss (2: the checksum
@@ -70,9 +72,10 @@ def text_sha256(text: str) -> str:
 
 
 def weights_fingerprint(model: torch.nn.Module, *, samples: int = 4096) -> str:
-    """A SHA-256 over every parameter's name, shape, dtype and `samples` evenly spaced values: another checkpoint,
-    a fine-tune or another precision changes it. Sampled, not the whole weights, so it costs milliseconds."""
-    digest = hashlib.sha256()
+    """A SHA-256 over every parameter's name, shape, dtype and `samples` evenly spaced values, and how int8 products
+    widen (kvqa.weights.widening_of): another checkpoint, a fine-tune, another precision or another CPU's products
+    change it. Sampled, not the whole weights, so it costs milliseconds."""
+    digest = hashlib.sha256(widening_of(model).encode())  # "" for float32 weights: their keys as before
     with torch.no_grad():
         for name, p in sorted(model.state_dict().items()):
             flat = p.detach().reshape(-1)

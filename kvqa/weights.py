@@ -2,18 +2,22 @@
 
 Decoding reads every weight once per token, so on a CPU its time is mostly bytes / memory bandwidth. int8 stores
 each row of every linear layer (attention, MLP, the output layer) and of the token embedding as int8 times one
-bfloat16 scale per row (symmetric, round to nearest): a quarter of float32's bytes. Products of fewer than
-DEQUANTIZE_ROWS input rows (a decode step, a drafted run, a short question) run through torch's
-`_weight_int8pack_mm`, which rounds the input rows to bfloat16 and multiplies them by the int8 rows, accumulating in
-float32: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
-prefill chunk) are compute-bound: the int8 rows are widened to float32 for that product (the same weights, float32
-inputs), which is faster there on a CPU without int8 matrix units. Everything between the products (norms,
-attention, the residual stream, the cache) stays float32. The rounding to bfloat16 means a cached answer is promised
-bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:
-tests/test_weights.py and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
+bfloat16 scale per row (symmetric, round to nearest): a quarter of float32's bytes. Products of few input rows (a
+decode step, a drafted run) run through torch's `_weight_int8pack_mm`, which rounds the input rows to bfloat16 and
+multiplies them by the int8 rows, accumulating in float32: each output row depends on its input row alone, bit for
+bit, whatever the number of rows. Longer ones (a question's turn, a prefill chunk) are compute-bound, and that kernel
+is slow there: the int8 rows are widened for that one product, to bfloat16 (exact: integers below 256) on a CPU with
+bfloat16 matrix units (AMX), whose product then rounds its output to bfloat16 as the int8 kernel does, or else to
+float32 times the scales (the same weights, float32 inputs): `Widening` names the rule, chosen once per machine by
+`choose_widening` (docs/performance.md measures both). Everything between the products (norms, attention, the
+residual stream, the cache) stays float32. The roundings to bfloat16 mean a cached answer is promised bit for bit
+equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go: tests/test_weights.py
+and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -22,7 +26,32 @@ from .errors import ModelError
 
 FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
 MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
-DEQUANTIZE_ROWS = 128  # from this many rows on (a prefill chunk), int8 rows are widened to float32 for one product
+# Models whose int8 answers on the real sets held the gold within 2 points of float32's (docs/quality.md): auto picks
+# int8 for these alone. Gemma 3 270M lost 2.4 and 4.2 points in Chinese, so it keeps float32; others: not measured.
+INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct",)
+
+
+@dataclass(frozen=True)
+class Widening:
+    """From `rows` input rows on, a product widens the int8 rows to `dtype` instead of running the int8 kernel."""
+
+    dtype: torch.dtype
+    rows: int
+
+    def __str__(self) -> str:
+        return f"{str(self.dtype).removeprefix('torch.')} products from {self.rows} rows"
+
+
+# Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
+# product overtakes it near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16.
+TO_FLOAT32 = Widening(torch.float32, 128)
+TO_BFLOAT16 = Widening(torch.bfloat16, 16)
+
+
+def choose_widening() -> Widening:
+    """bfloat16 products where the CPU has AMX's bfloat16 tiles (measured faster from 16 rows on), else float32's."""
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)  # private, so looked up: torch 2.3 and later
+    return TO_BFLOAT16 if amx() else TO_FLOAT32
 
 
 class Linear(torch.nn.Module):
@@ -37,19 +66,23 @@ class Linear(torch.nn.Module):
 
 
 class Int8Linear(torch.nn.Module):
-    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row."""
+    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row; products of `widening.rows` input
+    rows or more widen the rows first (Widening)."""
 
-    def __init__(self, rows: torch.Tensor, scales: torch.Tensor):
+    def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32):
         super().__init__()
         self.register_buffer("rows", rows)
         self.register_buffer("scales", scales)
+        self.widening = widening
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        if flat.shape[0] >= DEQUANTIZE_ROWS:  # compute-bound: float32's product, on the weights widened once
-            y = F.linear(flat, self.rows.to(x.dtype) * self.scales.to(x.dtype)[:, None])
-        else:  # bandwidth-bound (decoding, drafted runs, a short question): one byte read per weight
+        if flat.shape[0] < self.widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
             y = torch._weight_int8pack_mm(flat.to(torch.bfloat16), self.rows, self.scales).to(x.dtype)
+        elif self.widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
+            y = F.linear(flat.to(torch.bfloat16), self.rows.to(torch.bfloat16)).to(x.dtype) * self.scales.to(x.dtype)
+        else:  # compute-bound: float32's product, on the weights widened once
+            y = F.linear(flat, self.rows.to(x.dtype) * self.scales.to(x.dtype)[:, None])
         return y.reshape(*x.shape[:-1], -1)
 
     @property
@@ -84,12 +117,13 @@ def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows, scales
 
 
-def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, compile: bool = False) -> str:
-    """The form Config.weights names. auto: int8 on an x86 CPU with AVX2 or AVX-512 for a float32 model
-    (docs/performance.md measures why) unless the decode step is compiled (Config.compile, tested on float32
-    weights); else fp32, the loaded weights unchanged."""
+def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, model: str = "",
+                   compile: bool = False) -> str:
+    """The form Config.weights names. auto: int8 for a model of INT8_KEEPS_ANSWERS in float32 on an x86 CPU with AVX2
+    or AVX-512 (docs/performance.md measures why) unless the decode step is compiled (Config.compile, tested on
+    float32 weights); else fp32, the loaded weights unchanged."""
     if name == "auto":
-        measured = torch.backends.cpu.get_cpu_capability() in MEASURED_CPUS
+        measured = torch.backends.cpu.get_cpu_capability() in MEASURED_CPUS and model in INT8_KEEPS_ANSWERS
         return "int8" if device.type == "cpu" and dtype == torch.float32 and not compile and measured else "fp32"
     if name not in FORMS:
         raise ModelError("model.unknown_weights", name=name, forms=", ".join(("auto",) + FORMS))
@@ -99,28 +133,36 @@ def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, compi
 
 
 @torch.no_grad()
-def quantize(model: torch.nn.Module, form: str) -> torch.nn.Module:
-    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding."""
+def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None) -> torch.nn.Module:
+    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, their long
+    products widened as `widening` says (default: choose_widening())."""
     if form == "fp32":
         return model
+    widening = widening or choose_widening()
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == embedding.weight.data_ptr()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and child.bias is None and not (tied and child is head):
-                setattr(parent, name, Int8Linear(*int8_rows(child.weight)))
+                setattr(parent, name, Int8Linear(*int8_rows(child.weight), widening))
     rows, scales = int8_rows(embedding.weight)
     model.set_input_embeddings(Int8Embedding(rows, scales, getattr(embedding, "embed_scale", None)))
     if tied:
-        model.set_output_embeddings(Int8Linear(rows, scales))  # one int8 matrix for both
+        model.set_output_embeddings(Int8Linear(rows, scales, widening))  # one int8 matrix for both
     model.config.kvqa_weights = form
+    model.config.kvqa_widening = str(widening)
     return model
 
 
 def weights_form(model: torch.nn.Module) -> str:
     """fp32 or int8: the form quantize() left the model in."""
     return getattr(model.config, "kvqa_weights", "fp32")
+
+
+def widening_of(model: torch.nn.Module) -> str:
+    """How the model's int8 products widen (str(Widening)); "" for float32 weights. It changes a cache's bits."""
+    return getattr(getattr(model, "config", None), "kvqa_widening", "")
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -135,7 +177,7 @@ def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
     other; each linear's rows become a view of it (nothing is held twice)."""
     if all(isinstance(linear, Int8Linear) for linear in linears):
         fused = Int8Linear(torch.cat([linear.rows for linear in linears]),
-                           torch.cat([linear.scales for linear in linears]))
+                           torch.cat([linear.scales for linear in linears]), linears[0].widening)
         start = 0
         for linear in linears:
             n = linear.out_features

@@ -1,12 +1,16 @@
 """What one token's (or one question's) matrix products cost in each weight form, on this CPU: SmolLM2-135M's shapes
-(30 layers' fused q/k/v, o, fused gate/up and down; the tied output layer), random weights, one process.
+(30 layers' fused q/k/v, o, fused gate/up and down on every row; the tied output layer on the last row, as kvqa asks
+for the last position's logits), random weights, one process.
 
-    .venv/bin/python scripts/weight_products.py [--rows 1,8,80]
+    .venv/bin/python scripts/weight_products.py [--rows 1,8,16,24,32,80,512]
 
-Forms: float32 `F.linear`; int8 rows through `torch._weight_int8pack_mm` (bfloat16 inputs, kvqa.weights' decode
-path); bfloat16 weights; int4 through `torch.ops.aten._weight_int4pack_mm_for_cpu` (groups of 64, asymmetric), with
-float32 and with bfloat16 inputs. Prints milliseconds per product of all the shapes and each against float32, and
-checks that int4's rows are independent (a row alone gives the bits it gives among others). docs/performance.md."""
+Forms: float32 `F.linear`; kvqa.weights.Int8Linear on its three paths: the int8 kernel (`torch._weight_int8pack_mm`,
+bfloat16 inputs: the decode step's), the int8 rows widened to float32 and to bfloat16 for the product from 2 rows on
+(choose_widening's two rules for long products; one row: the kernel); the int8 rows as a bfloat16 copy held beside them
+(what widening costs against holding one); bfloat16 weights; int4 through
+`torch.ops.aten._weight_int4pack_mm_for_cpu` (groups of 64, asymmetric), with float32 (up to 8 rows) and with
+bfloat16 inputs. Prints milliseconds per product of all the shapes and each against float32, and checks that
+int4's rows are independent (a row alone gives the bits it gives among others). docs/performance.md."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kvqa.weights import int8_rows  # noqa: E402
+from kvqa.weights import Int8Linear, Widening, int8_rows  # noqa: E402
 
 LAYERS = 30
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # (out, in)
@@ -48,11 +52,13 @@ def timed(f, n: int = 30) -> float:
 
 
 def products(rows: int) -> dict[str, float]:
+    """A forward of `rows` tokens as kvqa runs one: every layer's products on all rows, the output layer on the last
+    (kvqa asks for the last position's logits only)."""
     torch.manual_seed(0)
     total: dict[str, float] = {}
-    for (out, n_in), times in [(s, LAYERS) for s in LAYER_SHAPES] + [(HEAD, 1)]:
+    for (out, n_in), times, n in [(s, LAYERS, rows) for s in LAYER_SHAPES] + [(HEAD, 1, 1)]:
         w = torch.randn(out, n_in) * 0.05
-        x = torch.randn(rows, n_in)
+        x = torch.randn(n, n_in)
         xb = x.to(torch.bfloat16)
         int8, scales = int8_rows(w)  # kvqa's own int8 form
         wb = w.to(torch.bfloat16)
@@ -60,19 +66,28 @@ def products(rows: int) -> dict[str, float]:
         szb = sz.to(torch.bfloat16)
         one = torch.ops.aten._weight_int4pack_mm_for_cpu(x[:1].contiguous(), packed, GROUP, sz)
         assert torch.equal(one[0], torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, sz)[0])
+        copy = int8.to(torch.bfloat16)  # a bfloat16 copy of the int8 rows, held: what kvqa does not do
+        kernel, to_float32, to_bfloat16 = (Int8Linear(int8, scales, Widening(dtype, least))  # that path from 2 rows
+                                           for dtype, least in ((torch.bfloat16, 1 << 30), (torch.float32, 2),
+                                                                (torch.bfloat16, 2)))
         forms = {"float32": lambda: F.linear(x, w),
-                 "int8": lambda: torch._weight_int8pack_mm(xb, int8, scales),
+                 "int8": lambda: kernel(x),
+                 "int8 widened to float32": lambda: to_float32(x),
+                 "int8 widened to bfloat16": lambda: to_bfloat16(x),
+                 "int8 as a held bfloat16 copy": lambda: F.linear(xb, copy).float() * scales.float(),
                  "bfloat16": lambda: F.linear(xb, wb),
                  "int4 (float32 in)": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, sz),
                  "int4 (bfloat16 in)": lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(xb, packed, GROUP, szb)}
+        if rows > 8:  # no fast path for float32 inputs: 13x float32 at one row, minutes at 512
+            del forms["int4 (float32 in)"]
         for name, f in forms.items():
-            total[name] = total.get(name, 0.0) + timed(f, 10 if rows > 8 else 30) * times
+            total[name] = total.get(name, 0.0) + timed(f, 10 if n > 8 else 30) * times
     return total
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", default="1,8,80", help="input rows per product (1: a decode step)")
+    parser.add_argument("--rows", default="1,8,16,24,32,80,512", help="input rows per product (1: a decode step)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}")
     for rows in (int(r) for r in args.rows.split(",")):

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
+from kvqa.weights import choose_weights, choose_widening
 
 ROOT = Path(__file__).parent.parent
 
@@ -58,12 +60,16 @@ def doctor(env: dict) -> subprocess.CompletedProcess:
 
 
 def test_doctor_on_this_cpu_machine(default_lm):
-    run = doctor({"KVQA_DEVICE": "cpu", "KVQA_DTYPE": "float32"})  # what it reports is what it was told, anywhere
+    run = doctor({"KVQA_DEVICE": "cpu", "KVQA_DTYPE": "float32",  # what it reports is what it was told, anywhere
+                  "KVQA_WEIGHTS": "auto"})
     assert run.returncode == 0, run.stdout + run.stderr
     for name in ("model", "device", "dtype", "attention", "context", "memory budget", "ZeroGPU", "HF token",
                  r"OCR \(scans, images\)"):
         assert re.search(rf"^{name}\s", run.stdout, re.M), name
     assert "cpu" in run.stdout and "float32" in run.stdout and "8,192 tokens" in run.stdout
+    weights = choose_weights("auto", torch.device("cpu"), torch.float32, model=DEFAULT_MODEL)
+    shown = f"{weights} (one byte a weight, {choose_widening()};" if weights == "int8" else f"{weights}\n"
+    assert re.search(r"^weights\s+" + re.escape(shown), run.stdout, re.M), run.stdout
     assert "no problems found" in run.stdout
 
 

@@ -21,7 +21,16 @@ from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_si
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
 from kvqa.store import weights_fingerprint
-from kvqa.weights import DEQUANTIZE_ROWS, Int8Embedding, Int8Linear, choose_weights, int8_rows, weight_bytes
+from kvqa.weights import (
+    TO_BFLOAT16,
+    TO_FLOAT32,
+    Int8Embedding,
+    Int8Linear,
+    choose_weights,
+    choose_widening,
+    int8_rows,
+    weight_bytes,
+)
 from test_exactness import assert_question_logits_as_in_the_same_chunks
 from test_llama_step import steps_both_ways, tiny_gemma
 
@@ -52,12 +61,17 @@ def test_int8_rows_are_each_row_rounded_to_its_own_scale():
     assert float(error.max(dim=1).values[0]) < 1e-4  # the smallest row keeps its own precision
 
 
-@pytest.mark.parametrize("rows", [1, 7, DEQUANTIZE_ROWS - 1])
-def test_each_output_row_depends_on_its_own_input_row_alone(rows):
-    """Below DEQUANTIZE_ROWS (a decode step, a drafted run, a short question) a row's output is the same bits
-    whatever rows come with it: a chunk and a token at a time agree."""
+WIDENINGS = pytest.mark.parametrize("widening", [TO_FLOAT32, TO_BFLOAT16], ids=str)
+
+
+@WIDENINGS
+@pytest.mark.parametrize("fewer", [0, 8, 1])  # rows = 1, 8 (a drafted step), widening.rows - 1
+def test_each_output_row_depends_on_its_own_input_row_alone(widening, fewer):
+    """Below the widening's rows (a decode step, a drafted run) a row's output is the same bits whatever rows come
+    with it: a chunk and a token at a time agree."""
     torch.manual_seed(1)
-    linear = Int8Linear(*int8_rows(torch.randn(300, 64)))
+    linear = Int8Linear(*int8_rows(torch.randn(300, 64)), widening)
+    rows = {0: 1, 8: 8, 1: widening.rows - 1}[fewer]
     x = torch.randn(rows, 64)
     together = linear(x)
     alone = torch.cat([linear(x[i: i + 1]) for i in range(rows)])
@@ -65,14 +79,29 @@ def test_each_output_row_depends_on_its_own_input_row_alone(rows):
     assert torch.equal(together, alone)
 
 
-def test_long_products_use_the_same_weights_widened_to_float32():
+@WIDENINGS
+def test_long_products_use_the_same_int8_rows_widened(widening):
     torch.manual_seed(2)
     rows, scales = int8_rows(torch.randn(50, 64))
-    linear = Int8Linear(rows, scales)
-    x = torch.randn(DEQUANTIZE_ROWS, 64)
-    assert torch.equal(linear(x), F.linear(x, rows.float() * scales.float()[:, None]))
-    close = linear(x[:1])  # the short path, its input rounded to bfloat16: close, not equal
-    assert torch.allclose(close, linear(x)[:1], rtol=0.02, atol=0.05)
+    linear = Int8Linear(rows, scales, widening)
+    x = torch.randn(widening.rows + 3, 64)
+    if widening.dtype == torch.float32:  # float32's product on the weights
+        assert torch.equal(linear(x), F.linear(x, rows.float() * scales.float()[:, None]))
+    else:  # bfloat16's product on the int8 rows themselves (exact in bfloat16), then each output column's scale
+        assert torch.equal(rows.to(torch.bfloat16).float(), rows.float())
+        expected = F.linear(x.to(torch.bfloat16), rows.to(torch.bfloat16)).float() * scales.float()
+        assert torch.equal(linear(x), expected)
+    exact = F.linear(x, rows.float() * scales.float()[:, None])
+    assert torch.allclose(linear(x), exact, rtol=0.02, atol=0.05)
+    short = linear(x[:1])  # the int8 kernel, its input rounded to bfloat16: close, not equal
+    assert torch.allclose(short, linear(x)[:1], rtol=0.02, atol=0.05)
+
+
+def test_the_widening_is_bfloat16_where_the_cpu_has_amx(monkeypatch):
+    for amx, expected in ((True, TO_BFLOAT16), (False, TO_FLOAT32)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        assert choose_widening() == expected
+    assert str(TO_BFLOAT16) == "bfloat16 products from 16 rows"
 
 
 def test_quantize_replaces_every_linear_and_shares_the_tied_matrix(tiny_lm, tiny_int8):
@@ -111,14 +140,21 @@ def test_the_fused_int8_projections_are_the_modules_own_rows(int8_lm, default_lm
     assert int8_lm.weight_bytes == weight_bytes(int8_lm.model) < 0.3 * weight_bytes(default_lm.model)
 
 
-@pytest.mark.parametrize("name,draft", [("tiny", 0), ("tiny", 6), ("smollm2", 6)])
-def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8, int8_lm, name, draft):
-    lm = tiny_int8 if name == "tiny" else int8_lm
+@pytest.fixture(scope="session")
+def tiny_int8_widened(default_lm) -> dict[str, kvqa.LoadedModel]:
+    """The tiny Llama in int8 with each widening, whatever this CPU would choose."""
+    return {str(w): tiny_llama(default_lm.tokenizer, weights="int8", widening=w) for w in (TO_FLOAT32, TO_BFLOAT16)}
+
+
+@pytest.mark.parametrize("name,draft", [(str(TO_FLOAT32), 0), (str(TO_FLOAT32), 6), (str(TO_BFLOAT16), 0),
+                                        (str(TO_BFLOAT16), 6), ("smollm2", 6)])
+def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8_widened, int8_lm, name, draft):
+    lm = tiny_int8_widened.get(name, int8_lm)
     document = kvqa.document_from_text(TEXT)
     config = kvqa.Config(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
-    for question in QUESTIONS_ASKED if name == "tiny" else QUESTIONS_ASKED[::2]:  # English and Chinese
+    for question in QUESTIONS_ASKED if name != "smollm2" else QUESTIONS_ASKED[::2]:  # English and Chinese
         cached = kvqa.answer(lm, doc, question, draft_tokens=draft)
         again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
                                           same_schedule=True, draft_tokens=draft)
@@ -126,6 +162,20 @@ def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8, 
         assert doc.cache.length == doc.tokens
         assert all(torch.equal(k, k0) and torch.equal(v, v0) for (k, v), (k0, v0) in zip(doc.cache.tensors(), before))
     assert_question_logits_as_in_the_same_chunks(lm, doc, QUESTIONS_ASKED[0], config.chunk_size)
+
+
+def test_each_widening_keys_its_own_caches(tiny_int8_widened, tiny_lm):
+    """The widening changes a prefilled cache's bits, so the store's key holds it (float32 weights' keys as before);
+    every int8 product of a model, the written-out step's fused ones included, widens the same way."""
+    wide, narrow = tiny_int8_widened[str(TO_FLOAT32)], tiny_int8_widened[str(TO_BFLOAT16)]
+    assert weights_fingerprint(wide.model) != weights_fingerprint(narrow.model)
+    assert weights_fingerprint(tiny_lm.model) == weights_fingerprint(tiny_llama(tiny_lm.tokenizer).model)
+    for lm, widening in ((wide, TO_FLOAT32), (narrow, TO_BFLOAT16)):
+        products = [m for m in lm.model.modules() if isinstance(m, Int8Linear)] + [*lm.step.qkv, *lm.step.gate_up]
+        assert {m.widening for m in products} == {widening}
+    document = kvqa.document_from_text(TEXT)
+    caches = [kvqa.prefill(lm, document, config=kvqa.Config(chunk_size=128)).cache for lm in (wide, narrow)]
+    assert not all(torch.equal(a, b) for (a, _), (b, _) in zip(*(c.tensors() for c in caches)))
 
 
 def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, default_lm):
@@ -140,11 +190,15 @@ def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, defau
 
 def test_the_form_is_chosen_or_refused_with_a_message():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    measured = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")  # the CI machine: AVX2
-    assert choose_weights("auto", cpu, torch.float32) == ("int8" if measured else "fp32")
-    assert choose_weights("auto", cpu, torch.bfloat16) == "fp32"
-    assert choose_weights("auto", cpu, torch.float32, compile=True) == "fp32"  # compiled step: tested in float32
-    assert choose_weights("auto", cuda, torch.bfloat16) == "fp32"
+    measured = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")  # the CI machines: AVX2, AVX-512
+    default = kvqa.config.DEFAULT_MODEL
+    assert choose_weights("auto", cpu, torch.float32, model=default) == ("int8" if measured else "fp32")
+    for other in ("gemma-3-270m", "Qwen/Qwen2.5-0.5B-Instruct", ""):  # int8 lost Chinese answers / not measured
+        assert choose_weights("auto", cpu, torch.float32, model=other) == "fp32"
+    assert choose_weights("int8", cpu, torch.float32, model="gemma-3-270m") == "int8"  # asked for: yes
+    assert choose_weights("auto", cpu, torch.bfloat16, model=default) == "fp32"
+    assert choose_weights("auto", cpu, torch.float32, model=default, compile=True) == "fp32"  # compiled: float32's
+    assert choose_weights("auto", cuda, torch.bfloat16, model=default) == "fp32"
     assert choose_weights("fp32", cpu, torch.float32) == "fp32"
     with pytest.raises(ModelError) as unknown:
         choose_weights("int4", cpu, torch.float32)
@@ -196,7 +250,7 @@ def test_kvqa_ask_runs_int8_by_default_on_a_cpu(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     conversation = json.loads(done.stdout)
-    shipped = choose_weights("auto", torch.device("cpu"), torch.float32)  # int8 on the CI machine's AVX2
+    shipped = choose_weights("auto", torch.device("cpu"), torch.float32, model=kvqa.config.DEFAULT_MODEL)  # int8 here
     assert conversation["weights"] == shipped and conversation["dtype"] == "float32"
     assert ("int8" in conversation["guarantee"]) == (shipped == "int8")
     assert "pelican" in conversation["answers"][0]["answer"].lower()
