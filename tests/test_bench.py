@@ -19,6 +19,7 @@ from kvqa.bench import (
     cut_document,
     format_table,
     run_bench,
+    target_checks,
     write_plot,
 )
 from kvqa.cache import bytes_per_token
@@ -91,6 +92,9 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
     table = format_table(result)
     assert all(m in table for m in METHODS) and "targets at" in table and "unchunked" in table
     assert "one decode step written out" in table and "same logits bit for bit: yes" in table
+    same = "same greedy answers for every method"  # a target in float32; int8 promises no method here its answers
+    assert (True, same) in target_checks(result)
+    assert same not in [text for _, text in target_checks({**result, "weights": "int8"})]
     write_plot(result, tmp_path / "ttft.png")
     assert (tmp_path / "ttft.png").read_bytes().startswith(b"\x89PNG")
 

@@ -145,7 +145,7 @@ def target_checks(result: dict, *, run: dict | None = None) -> list[tuple[bool, 
     def ratio(a, b):
         return a / b if b > 0 else float("inf")
 
-    return [
+    checks = [
         (k["ttft_s"] <= 1.15 * k["floor_ttft_s"],
          f"kvqa TTFT {_s(k['ttft_s'])} <= 1.15 x floor {_s(k['floor_ttft_s'])} "
          f"({ratio(k['ttft_s'], k['floor_ttft_s']):.2f}x)"),
@@ -160,8 +160,11 @@ def target_checks(result: dict, *, run: dict | None = None) -> list[tuple[bool, 
         (k["chunked_prefill_tokens_per_s"] >= 0.9 * k["unchunked_prefill_tokens_per_s"],
          f"chunked prefill {k['chunked_prefill_tokens_per_s']:,.0f} tok/s >= 0.9 x unchunked "
          f"{k['unchunked_prefill_tokens_per_s']:,.0f} tok/s"),
-        (all(r["same_answers"] for r in rows.values()), "same greedy answers for every method"),
     ]
+    if (run or result).get("weights", "fp32") == "fp32":  # int8 promises a recompute in the same chunks, which no
+        # method here reads (kvqa's question after the document's chunks): its answers are compared, not a target
+        checks.append((all(r["same_answers"] for r in rows.values()), "same greedy answers for every method"))
+    return checks
 
 
 def write_plot(result: dict, path: str | Path) -> None:
