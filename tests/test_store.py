@@ -19,6 +19,7 @@ from kvqa.ask import ask
 from kvqa.engines.stored import StoredLocalEngine
 from kvqa.restore import cache_key
 from kvqa.store import FORMAT, KVStore, weights_fingerprint
+from test_store_file import header
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
 DOC = kvqa.document_from_text("The lighthouse keeper's code word is pelican. The ferry leaves at nine. " * 12)
@@ -141,14 +142,10 @@ def test_a_corrupted_byte_anywhere_is_detected_and_the_document_read_again(tiny_
 def test_a_damaged_byte_in_any_header_field_is_detected(tiny_lm, tmp_path, caplog, field):
     """The header's own fields (the time written, the first read's time...) are inside the checksum: a flipped digit
     there was once restored as if whole, depending on where a fixed offset happened to land."""
-    import json
-    import struct
-
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
     path = stored_file(engine)
-    data = bytearray(path.read_bytes())
-    (size,) = struct.unpack("<Q", data[:8])
-    value = json.loads(data[8: 8 + size])["__metadata__"][field]
+    data, head = header(path)
+    value = head["__metadata__"][field]
     at = data.index(f'"{field}":"{value}"'.encode(), 8) + len(field) + 4  # the value's first character
     data[at] = ord("7") if data[at] != ord("7") else ord("8")  # still valid JSON, still a plausible value
     path.write_bytes(bytes(data))
