@@ -6,7 +6,9 @@ head's keys once, and attend_after_past attends new tokens that follow cached on
 keys and the new ones in two passes merged by their log-sum-exps (causal_mask leaves that mask out), which SDPA's CPU
 kernel would otherwise convert, read for every head and compute the hidden blocks of in every layer. The same
 attention up to rounding (the summation order changes; tests/test_exactness.py); the measured gains are in
-grouped_sdpa's and attend_after_past's docstrings.
+grouped_sdpa's and attend_after_past's docstrings. With int8 weights on a CPU with AMX (kvqa.weights.TO_BFLOAT16), a
+read of 16 new tokens or more attends to the cached ones in bfloat16 (an 80-token question on 4,096 cached tokens:
+181 -> 141 ms, SmolLM2, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
         out = torch.nn.functional.scaled_dot_product_attention(
             query.reshape(b, kv_heads, heads // kv_heads, d), key, value, attn_mask=mask, scale=scaling)
     elif q_len > 1 and attention_mask is None and key.shape[2] > q_len:
-        out = attend_after_past(query, key, value, scaling)
+        rows = getattr(getattr(module, "config", None), "kvqa_bfloat16_attention_rows", 0)  # kvqa.weights.quantize
+        out = attend_after_past(query, key, value, scaling, low=torch.bfloat16 if 0 < rows <= q_len else None)
     else:
         causal = q_len > 1 and attention_mask is None and (is_causal if is_causal is not None else True)
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -44,7 +47,7 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
 
 
 def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      scaling: float | None) -> torch.Tensor:
+                      scaling: float | None, *, low: torch.dtype | None = None) -> torch.Tensor:
     """Attention of T new tokens that follow cached ones (a later prefill chunk, a question, drafted tokens), each
     seeing every cached key and the new keys up to itself, without a mask: the cached keys in one pass (no mask
     needed: every new token sees them all; the group's queries folded as for one token), the new keys in a second
@@ -52,13 +55,16 @@ def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     instead makes SDPA's CPU kernel convert it in every layer, read it for every head and compute the blocks it
     hides: 4,096 tokens prefilled in chunks of 512 took 9.24 s with the mask against 8.52 s split (medians of 5,
     alternating, SmolLM2-135M, 2 cores, 2026-11-30). Same attention up to rounding (the summation order changes;
-    tests/test_exactness.py): (B, H, T, D) -> (B, H, T, D)."""
+    tests/test_exactness.py): (B, H, T, D) -> (B, H, T, D). low: the dtype the cached part is read in (bfloat16 with
+    int8 weights on AMX; None: the query's)."""
     b, heads, t, d = query.shape
     kv_heads, past = key.shape[1], key.shape[2] - t
     group = heads // kv_heads
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # (out, log-sum-exp (B, H, T) in float32)
-    old, old_lse = flash(query.reshape(b, kv_heads, group * t, d), key[:, :, :past], value[:, :, :past],
-                         scale=scaling)[:2]
+    folded, past_keys, past_values = query.reshape(b, kv_heads, group * t, d), key[:, :, :past], value[:, :, :past]
+    if low is not None:  # int8 weights on a CPU with AMX (kvqa.weights.Widening): the cached part read in bfloat16
+        folded, past_keys, past_values = folded.to(low), past_keys.to(low), past_values.to(low)
+    old, old_lse = flash(folded, past_keys, past_values, scale=scaling)[:2]
     new, new_lse = flash(query, key[:, :, past:].repeat_interleave(group, 1),
                          value[:, :, past:].repeat_interleave(group, 1), is_causal=True, scale=scaling)[:2]
     old_share = torch.sigmoid(old_lse.reshape(b, heads, t, 1) - new_lse.unsqueeze(-1))  # the cached keys' weight

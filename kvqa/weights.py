@@ -9,10 +9,12 @@ bit, whatever the number of rows. Longer ones (a question's turn, a prefill chun
 is slow there: the int8 rows are widened for that one product, to bfloat16 (exact: integers below 256) on a CPU with
 bfloat16 matrix units (AMX), whose product then rounds its output to bfloat16 as the int8 kernel does, or else to
 float32 times the scales (the same weights, float32 inputs): `Widening` names the rule, chosen once per machine by
-`choose_widening` (docs/performance.md measures both). Everything between the products (norms, attention, the
-residual stream, the cache) stays float32. The roundings to bfloat16 mean a cached answer is promised bit for bit
-equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go: tests/test_weights.py
-and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
+`choose_widening` (docs/performance.md measures both). With bfloat16's, such a long read also attends to the cached
+keys and values in bfloat16 (kvqa.attention.attend_after_past), most of a question's turn on a long document.
+Everything else between the products (norms, the residual stream, the cache itself) stays float32. The roundings to
+bfloat16 mean a cached answer is promised bit for bit equal to a recompute in the same chunks (as for bfloat16
+models), not to one read in one go: tests/test_weights.py and tests/test_exactness.py. A tied embedding and output
+layer share one int8 matrix.
 """
 
 from __future__ import annotations
@@ -37,15 +39,17 @@ class Widening:
 
     dtype: torch.dtype
     rows: int
+    attention: bool = False  # a read of this many rows also attends to the cached tokens in bfloat16
 
     def __str__(self) -> str:
-        return f"{str(self.dtype).removeprefix('torch.')} products from {self.rows} rows"
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{dtype} products{' and attention' if self.attention else ''} from {self.rows} rows"
 
 
 # Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
 # product overtakes it near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16.
 TO_FLOAT32 = Widening(torch.float32, 128)
-TO_BFLOAT16 = Widening(torch.bfloat16, 16)
+TO_BFLOAT16 = Widening(torch.bfloat16, 16, attention=True)
 
 
 def choose_widening() -> Widening:
@@ -152,6 +156,7 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
         model.set_output_embeddings(Int8Linear(rows, scales, widening))  # one int8 matrix for both
     model.config.kvqa_weights = form
     model.config.kvqa_widening = str(widening)
+    model.config.kvqa_bfloat16_attention_rows = widening.rows if widening.attention else 0  # kvqa.attention reads it
     return model
 
 

@@ -155,7 +155,8 @@ def test_later_prefill_chunks_take_the_split_attention(tiny_lm, monkeypatch):
 
     calls = []
     split = kvqa.attention.attend_after_past
-    monkeypatch.setattr(kvqa.attention, "attend_after_past", lambda *args: calls.append(args[0].shape) or split(*args))
+    monkeypatch.setattr(kvqa.attention, "attend_after_past",
+                        lambda *args, **kw: calls.append(args[0].shape) or split(*args, **kw))
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=100))
     chunks = -(-doc.tokens // 100)
     assert chunks > 2 and len(calls) == (chunks - 1) * tiny_lm.config.num_hidden_layers
