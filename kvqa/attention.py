@@ -6,9 +6,10 @@ head's keys once, and attend_after_past attends new tokens that follow cached on
 keys and the new ones in two passes merged by their log-sum-exps (causal_mask leaves that mask out), which SDPA's CPU
 kernel would otherwise convert, read for every head and compute the hidden blocks of in every layer. The same
 attention up to rounding (the summation order changes; tests/test_exactness.py); the measured gains are in
-grouped_sdpa's and attend_after_past's docstrings. With int8 weights on a CPU with AMX (kvqa.weights.TO_BFLOAT16), a
-read of 16 new tokens or more attends to the cached ones in bfloat16 (an 80-token question on 4,096 cached tokens:
-181 -> 141 ms, SmolLM2, 2026-12-02).
+grouped_sdpa's and attend_after_past's docstrings. Where the cache holds its keys and values in another dtype than
+the queries' (bfloat16 with int8 weights on a CPU with AMX: kvqa.weights.TO_BFLOAT16), the queries are rounded to it
+and the output widened back: attention reads half the bytes (an 80-token question on 4,096 cached tokens, its
+cached part in bfloat16: 181 -> 141 ms, SmolLM2, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -30,24 +31,26 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     step's attention at 4,096 tokens 19.8 -> 16.3 ms (30 layers), logits equal to transformers' within float32
     rounding (the exactness tests hold: both answer paths use the same kernels)."""
     b, heads, q_len, d = query.shape  # (B, H, T, D); key, value: (B, kv_heads, S, D)
-    kv_heads = key.shape[1]
+    kv_heads, dtype = key.shape[1], query.dtype
+    query = query.to(key.dtype)  # a bfloat16 cache (int8 weights on AMX): bfloat16 attention, widened after
+    if attention_mask is not None and attention_mask.is_floating_point():
+        attention_mask = attention_mask.to(key.dtype)  # SDPA takes a boolean mask or one in the query's dtype
     if q_len == 1 and heads != kv_heads:
         mask = attention_mask  # (B, 1, 1, S) or None: the same for every head, so it broadcasts over the group
         out = torch.nn.functional.scaled_dot_product_attention(
             query.reshape(b, kv_heads, heads // kv_heads, d), key, value, attn_mask=mask, scale=scaling)
     elif q_len > 1 and attention_mask is None and key.shape[2] > q_len:
-        rows = getattr(getattr(module, "config", None), "kvqa_bfloat16_attention_rows", 0)  # kvqa.weights.quantize
-        out = attend_after_past(query, key, value, scaling, low=torch.bfloat16 if 0 < rows <= q_len else None)
+        out = attend_after_past(query, key, value, scaling)
     else:
         causal = q_len > 1 and attention_mask is None and (is_causal if is_causal is not None else True)
         out = torch.nn.functional.scaled_dot_product_attention(
             query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
             enable_gqa=heads != kv_heads)
-    return out.reshape(b, heads, q_len, d).transpose(1, 2).contiguous(), None  # (B, T, H, D)
+    return out.reshape(b, heads, q_len, d).transpose(1, 2).to(dtype).contiguous(), None  # (B, T, H, D)
 
 
 def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      scaling: float | None, *, low: torch.dtype | None = None) -> torch.Tensor:
+                      scaling: float | None) -> torch.Tensor:
     """Attention of T new tokens that follow cached ones (a later prefill chunk, a question, drafted tokens), each
     seeing every cached key and the new keys up to itself, without a mask: the cached keys in one pass (no mask
     needed: every new token sees them all; the group's queries folded as for one token), the new keys in a second
@@ -55,16 +58,13 @@ def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     instead makes SDPA's CPU kernel convert it in every layer, read it for every head and compute the blocks it
     hides: 4,096 tokens prefilled in chunks of 512 took 9.24 s with the mask against 8.52 s split (medians of 5,
     alternating, SmolLM2-135M, 2 cores, 2026-11-30). Same attention up to rounding (the summation order changes;
-    tests/test_exactness.py): (B, H, T, D) -> (B, H, T, D). low: the dtype the cached part is read in (bfloat16 with
-    int8 weights on AMX; None: the query's)."""
+    tests/test_exactness.py): (B, H, T, D) -> (B, H, T, D), all in one dtype; the merge in float32."""
     b, heads, t, d = query.shape
     kv_heads, past = key.shape[1], key.shape[2] - t
     group = heads // kv_heads
     flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu  # (out, log-sum-exp (B, H, T) in float32)
-    folded, past_keys, past_values = query.reshape(b, kv_heads, group * t, d), key[:, :, :past], value[:, :, :past]
-    if low is not None:  # int8 weights on a CPU with AMX (kvqa.weights.Widening): the cached part read in bfloat16
-        folded, past_keys, past_values = folded.to(low), past_keys.to(low), past_values.to(low)
-    old, old_lse = flash(folded, past_keys, past_values, scale=scaling)[:2]
+    folded = query.reshape(b, kv_heads, group * t, d)
+    old, old_lse = flash(folded, key[:, :, :past], value[:, :, :past], scale=scaling)[:2]
     new, new_lse = flash(query, key[:, :, past:].repeat_interleave(group, 1),
                          value[:, :, past:].repeat_interleave(group, 1), is_causal=True, scale=scaling)[:2]
     old_share = torch.sigmoid(old_lse.reshape(b, heads, t, 1) - new_lse.unsqueeze(-1))  # the cached keys' weight

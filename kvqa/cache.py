@@ -21,9 +21,10 @@ class _BufferLayer(DynamicLayer):
     hands attention only the positions its new tokens can see (the W - 1 before them and themselves) and tells the
     mask where they start (get_mask_sizes), as transformers' DynamicSlidingWindowLayer does for the same tokens."""
 
-    def __init__(self, capacity: int, window: int | None = None):
+    def __init__(self, capacity: int, window: int | None = None, dtype: torch.dtype | None = None):
         super().__init__()
         self.capacity = capacity
+        self.dtype = dtype  # what the buffers hold; None: the first keys' dtype
         self.length = 0
         self.window = window
         self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
@@ -31,8 +32,9 @@ class _BufferLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
         self.device = key_states.device
-        self.key_buffer = key_states.new_empty((b, h, self.capacity, d))
-        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+        self.key_buffer = key_states.new_empty((b, h, self.capacity, d), dtype=self.dtype or key_states.dtype)
+        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]),
+                                                   dtype=self.dtype or value_states.dtype)
         self.keys, self.values = self.key_buffer[:, :, :0], self.value_buffer[:, :, :0]
         self.is_initialized = True
 
@@ -97,12 +99,14 @@ class _BufferLayer(DynamicLayer):
 
 
 class KVCache(Cache):
-    """A cache for a document plus a reserve of tokens, with a free rollback to any earlier length."""
+    """A cache for a document plus a reserve of tokens, with a free rollback to any earlier length; its keys and
+    values held in `dtype` (None: the model's; the layers round what they are given to it, and hand it back)."""
 
-    def __init__(self, num_layers: int, capacity: int, windows: list[int | None] | None = None):
+    def __init__(self, num_layers: int, capacity: int, windows: list[int | None] | None = None,
+                 dtype: torch.dtype | None = None):
         windows = windows or [None] * num_layers  # per layer: its sliding window, None for full attention
         assert len(windows) == num_layers, f"{len(windows)} windows for {num_layers} layers"
-        super().__init__(layers=[_BufferLayer(capacity, window) for window in windows])
+        super().__init__(layers=[_BufferLayer(capacity, window, dtype) for window in windows])
         self.capacity = capacity
         self._static: Cache | None = None  # static_view(), built on first use
 
@@ -170,10 +174,11 @@ class KVCache(Cache):
         return self
 
 
-def new_cache(model_config, capacity: int) -> KVCache:
-    """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too)."""
+def new_cache(model_config, capacity: int, dtype: torch.dtype | None = None) -> KVCache:
+    """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too), in
+    `dtype` (LoadedModel.kv_dtype; None: the model's)."""
     per_layer = windows(model_config)
-    return KVCache(len(per_layer), capacity, per_layer)
+    return KVCache(len(per_layer), capacity, per_layer, dtype)
 
 
 def windows(model_config) -> list[int | None]:
@@ -212,7 +217,7 @@ def kv_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
 def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> KVCache:
     """A KVCache of `capacity` tokens holding a copy of each layer's (keys, values), as KVCache.tensors() gave them
     (the disk tier restores caches with this); bit for bit the same keys and values."""
-    cache = new_cache(model_config, capacity)
+    cache = new_cache(model_config, capacity, tensors[0][0].dtype if tensors else None)
     assert len(tensors) == len(cache.layers), f"{len(tensors)} layers stored, the model has {len(cache.layers)}"
     for i, (keys, values) in enumerate(tensors):
         cache.update(keys, values, i)

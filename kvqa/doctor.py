@@ -75,9 +75,11 @@ def diagnose(config: Config, environ) -> list[Check]:
     except ModelError as e:
         checks.append(Check("device", config.device, str(e)))
         device, dtype = torch.device("cpu"), torch.float32
+    kv_dtype = dtype  # what the cache holds: int8 weights' widening may hold it in bfloat16
     try:
         weights = choose_weights(config.weights, device, dtype, model=config.model, compile=config.compile == "on")
         kernel = choose_kernel() if weights == "int8" else None
+        kv_dtype = choose_widening().cache if kernel else dtype
         shown = f" (one byte a weight, {kernel} for short products, {choose_widening()}; --weights fp32 for float32's)"
         checks.append(Check("weights", weights + (shown if kernel else ""),
                             "kvqa's int8 kernel, about twice as fast as torch's, needs a C compiler (cc; CC names "
@@ -89,7 +91,8 @@ def diagnose(config: Config, environ) -> list[Check]:
         reason = unsupported_reason(model_config)
         context = int(getattr(model_config.get_text_config(decoder=True), "max_position_embeddings", 0) or 0)
         checks.append(Check("architecture", f"{model_config.model_type}, "
-                            f"{bytes_per_token(model_config, dtype) / 1024:,.0f} KiB of cache per token",
+                            f"{bytes_per_token(model_config, kv_dtype) / 1024:,.0f} KiB of cache per token "
+                            f"({str(kv_dtype).removeprefix('torch.')})",
                             f"not supported: {reason}; choose a model with full attention in every layer"
                             if reason else None))
         checks.append(Check("context", f"{context:,} tokens: documents up to {context - config.reserve_tokens:,} "
@@ -100,7 +103,7 @@ def diagnose(config: Config, environ) -> list[Check]:
     budget = (int(config.cache_budget_mb * 2**20) if config.cache_budget_mb else default_budget_bytes(device))
     line = f"{budget / 2**20:,.0f} MiB for all sessions' caches"
     if model_config is not None:
-        line += f" (~{budget // bytes_per_token(model_config, dtype):,} tokens)"
+        line += f" (~{budget // bytes_per_token(model_config, kv_dtype):,} tokens)"
     checks.append(Check("memory budget", line + ("" if config.cache_budget_mb else
                                                  " (half the free memory; set KVQA_CACHE_BUDGET_MB to change)")))
     checks.append(_store_check(config))

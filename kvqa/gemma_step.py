@@ -59,9 +59,9 @@ class GemmaStep:
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
             start = held.window_start  # what the window sees (the cache's length is still `position`)
             keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
-            out = F.scaled_dot_product_attention(q.reshape(1, kv, h // kv, d), keys, values,
+            out = F.scaled_dot_product_attention(q.to(keys.dtype).reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
-            x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d)))
+            x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
             gate, up = gate_up_proj(layer.pre_feedforward_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.post_feedforward_layernorm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))
         cache.advance(1)

@@ -85,15 +85,15 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
     prompt, ids = prefix or prefix_of(lm, document, config=config)
     reserve = config.reserve_tokens
     if admit is not None:
-        admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + reserve))
+        admit(bytes_per_token(lm.config, lm.kv_dtype) * (len(ids) + reserve))
     started = now(lm.device)
     with out_of_memory_as_error("doing.reading"):
-        cache = new_cache(lm.config, len(ids) + reserve)
+        cache = new_cache(lm.config, len(ids) + reserve, lm.kv_dtype)
         for start in range(0, len(ids), config.chunk_size):
             run_chunks(lm, ids[start: start + config.chunk_size], cache, chunk_size=config.chunk_size)
             yield min(start + config.chunk_size, len(ids)) / len(ids)
     prefill_s = now(lm.device) - started
-    assert cache.length == len(ids) and cache.nbytes == bytes_per_token(lm.config, lm.dtype) * cache.capacity
+    assert cache.length == len(ids) and cache.nbytes == bytes_per_token(lm.config, lm.kv_dtype) * cache.capacity
     return PrefilledDocument(
         document=document, prompt=prompt, ids=tuple(ids), cache=cache, cache_bytes=cache.nbytes,
         prefill_s=prefill_s, model_name=lm.name, max_question_tokens=config.max_question_tokens,
@@ -199,7 +199,7 @@ def _answer_from_scratch(lm, chunks, question, options, *, capacity, max_new_tok
     started = now(lm.device) - ranked_s
     tokens = sum(len(c) for c in chunks)
     with out_of_memory_as_error("doing.answering"):
-        cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens))
+        cache = new_cache(lm.config, max(capacity, tokens + max_new_tokens), lm.kv_dtype)
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
         yield from decode_n_tokens(lm, logits, cache, options, question=question, question_tokens=tokens,

@@ -61,9 +61,9 @@ class LlamaStep:
             held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
             held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
             keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
-            out = F.scaled_dot_product_attention(qk[:, :h].reshape(1, kv, h // kv, d), keys, values,
+            out = F.scaled_dot_product_attention(qk[:, :h].to(keys.dtype).reshape(1, kv, h // kv, d), keys, values,
                                                  scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
-            x = x + attn.o_proj(out.reshape(1, 1, h * d))
+            x = x + attn.o_proj(out.reshape(1, 1, h * d).to(x.dtype))  # in the cache's dtype, as grouped_sdpa
             gate, up = gate_up_proj(layer.post_attention_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         cache.advance(1)

@@ -23,7 +23,7 @@ from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
 from .offline import SMOLLM2, model_dir, offline_model
-from .weights import Widening, choose_weights, choose_widening, quantize, weight_bytes
+from .weights import Widening, cache_dtype, choose_weights, choose_widening, quantize, weight_bytes
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -47,6 +47,12 @@ class LoadedModel:
     # kvqa.gemma_step)
     weights: str = "fp32"  # the weights' form (kvqa.weights): fp32 as loaded, or int8
     weight_bytes: int = 0  # what the weights hold in memory
+    cache_dtype: torch.dtype | None = None  # the keys' and values' dtype where not the model's (kvqa.weights.Widening)
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype the cache holds keys and values in."""
+        return self.cache_dtype or self.dtype
 
     @property
     def config(self):
@@ -177,6 +183,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         step=written_out_step(model, device),
         weights=weights,
         weight_bytes=weight_bytes(model),
+        cache_dtype=cache_dtype(model),
     )
 
 

@@ -38,7 +38,7 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     file_bytes): whether restoring a stored file is worth it here (else the document is read again, its file kept)."""
     prompt, ids = prefix_of(lm, document, config=config)
     if admit is not None:  # once, for either way: the cache is the same size
-        admit(bytes_per_token(lm.config, lm.dtype) * (len(ids) + config.reserve_tokens))
+        admit(bytes_per_token(lm.config, lm.kv_dtype) * (len(ids) + config.reserve_tokens))
     key = cache_key(lm, document, weights=weights)
     stored = _size(store.path(key))
     if stored is None or restore_if is None or restore_if(len(ids), stored):

@@ -10,9 +10,9 @@ question's turn, a prefill chunk) are compute-bound, and those kernels are slow 
 that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
 then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
 `Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
-bfloat16's, such a long read also attends to the cached keys and values in bfloat16
-(kvqa.attention.attend_after_past), most of a question's turn on a long document. Everything else between the
-products (norms, the residual stream, the cache itself) stays float32. The roundings mean a cached answer is
+bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.cache_dtype): half the bytes a decode
+step reads at a long context and a question's turn attends to, and half the memory. Everything else between the
+products (norms, the residual stream) stays float32. The roundings mean a cached answer is
 promised bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:
 tests/test_weights.py and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
 """
@@ -40,17 +40,18 @@ class Widening:
 
     dtype: torch.dtype
     rows: int
-    attention: bool = False  # a read of this many rows also attends to the cached tokens in bfloat16
+    cache: torch.dtype = torch.float32  # the dtype the cache holds the keys and values in
 
     def __str__(self) -> str:
-        dtype = str(self.dtype).removeprefix("torch.")
-        return f"{dtype} products{' and attention' if self.attention else ''} from {self.rows} rows"
+        dtype, cache = (str(t).removeprefix("torch.") for t in (self.dtype, self.cache))
+        return f"{dtype} products from {self.rows} rows" + (f", {cache} cache" if self.cache != torch.float32 else "")
 
 
 # Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
-# product overtakes it near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16.
+# product overtakes torch's near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16 (kvqa's kernel near
+# 28 rows; 16 kept, docs/performance.md).
 TO_FLOAT32 = Widening(torch.float32, 128)
-TO_BFLOAT16 = Widening(torch.bfloat16, 16, attention=True)
+TO_BFLOAT16 = Widening(torch.bfloat16, 16, cache=torch.bfloat16)
 
 
 def choose_widening() -> Widening:
@@ -166,13 +167,19 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
         model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))  # one int8 matrix for both
     model.config.kvqa_weights = form
     model.config.kvqa_products = f"{kernel} below {widening.rows} rows, {widening}"
-    model.config.kvqa_bfloat16_attention_rows = widening.rows if widening.attention else 0  # kvqa.attention reads it
+    model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
     return model
 
 
 def weights_form(model: torch.nn.Module) -> str:
     """fp32 or int8: the form quantize() left the model in."""
     return getattr(model.config, "kvqa_weights", "fp32")
+
+
+def cache_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype the model's cache holds keys and values in: the widening's for int8 weights, else the model's."""
+    name = getattr(model.config, "kvqa_cache_dtype", None)
+    return getattr(torch, name) if name else next(model.parameters()).dtype
 
 
 def products_of(model: torch.nn.Module) -> str:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return sum(engine.prefill(select(document, first, last)).prefill_s for first, last, _ in parts)
 
     def read_whole() -> float:
-        cache = new_cache(lm.config, len(ids))
+        cache = new_cache(lm.config, len(ids), lm.kv_dtype)
         started = time.perf_counter()
         run_chunks(lm, ids, cache, chunk_size=config.chunk_size)
         return time.perf_counter() - started

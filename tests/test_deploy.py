@@ -72,6 +72,9 @@ def test_doctor_on_this_cpu_machine(default_lm):
     shown = (f"{weights} (one byte a weight, {choose_kernel()} for short products, {choose_widening()};"
              if weights == "int8" else f"{weights}\n")
     assert re.search(r"^weights\s+" + re.escape(shown), run.stdout, re.M), run.stdout
+    kv = str(choose_widening().cache if weights == "int8" else torch.float32).removeprefix("torch.")
+    per_token = 2 * 30 * 3 * 64 * (2 if kv == "bfloat16" else 4) / 1024  # SmolLM2-135M: 30 layers, 3 KV heads of 64
+    assert re.search(rf"^architecture\s+llama, {per_token:,.0f} KiB of cache per token \({kv}\)", run.stdout, re.M)
     assert "no problems found" in run.stdout
 
 

@@ -34,7 +34,7 @@ def assert_question_logits_as_in_the_same_chunks(lm, doc, question: str, chunk_s
     chunks; the cache is rolled back after."""
     ids = list(doc.ids) + doc.prompt.suffix_ids(question)
     with torch.no_grad():
-        scratch = new_cache(lm.config, len(ids))
+        scratch = new_cache(lm.config, len(ids), lm.kv_dtype)
         for start in range(0, doc.tokens, chunk_size):
             run_chunks(lm, ids[start: min(start + chunk_size, doc.tokens)], scratch, chunk_size=len(ids))
         fresh = run_chunks(lm, ids[doc.tokens:], scratch, chunk_size=len(ids))

@@ -81,6 +81,21 @@ def test_half_precision_caches_round_trip(default_lm, tmp_path, dtype):
     assert_same_cache(fresh, restored)
 
 
+def test_an_int8_models_bfloat16_cache_round_trips(default_lm, tmp_path):
+    """int8 weights with bfloat16's widening hold a bfloat16 cache for a float32 model: restored as it was, and
+    answering from it as from the fresh one."""
+    from kvqa.weights import TO_BFLOAT16
+    from tests.conftest import tiny_llama
+
+    lm = tiny_llama(default_lm.tokenizer, weights="int8", widening=TO_BFLOAT16)
+    engine, fresh = prefilled_and_stored(lm, tmp_path)
+    restored = engine_with_store(lm, tmp_path).prefill(DOC)
+    assert restored.origin == "disk" and lm.dtype == torch.float32
+    assert {t.dtype for pair in restored.cache.tensors() for t in pair} == {torch.bfloat16}
+    assert_same_cache(fresh, restored)
+    assert ask(engine, restored, QUESTIONS[0]).answer.token_ids == ask(engine, fresh, QUESTIONS[0]).answer.token_ids
+
+
 def test_every_key_field_and_one_changed_token_make_a_miss(tiny_lm, default_lm, tmp_path):
     from tests.conftest import tiny_llama
 

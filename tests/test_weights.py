@@ -104,30 +104,32 @@ def test_the_widening_is_bfloat16_where_the_cpu_has_amx(monkeypatch):
     for amx, expected in ((True, TO_BFLOAT16), (False, TO_FLOAT32)):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         assert choose_widening() == expected
-    assert str(TO_BFLOAT16) == "bfloat16 products and attention from 16 rows"
+    assert str(TO_BFLOAT16) == "bfloat16 products from 16 rows, bfloat16 cache"
     assert str(TO_FLOAT32) == "float32 products from 128 rows"
 
 
-def test_long_reads_attend_to_the_cache_in_bfloat16_with_bfloat16_products(tiny_int8_widened, monkeypatch):
-    """With bfloat16's widening, a read of 16 tokens or more after cached ones (a later prefill chunk, a question's
-    turn) attends to the cached keys and values in bfloat16; shorter ones (drafted steps) and float32's widening in
-    float32."""
-    import kvqa.attention
-
-    split, calls = kvqa.attention.attend_after_past, []
-    monkeypatch.setattr(kvqa.attention, "attend_after_past",
-                        lambda *args, **kw: calls.append((args[0].shape[2], kw.get("low"))) or split(*args, **kw))
-    for name, low in ((str(TO_FLOAT32), None), (str(TO_BFLOAT16), torch.bfloat16)):
+def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monkeypatch):
+    """With bfloat16's widening the cache holds its keys and values in bfloat16 (half the bytes, the memory check's
+    count the same) and every read attends in bfloat16, the output widened back; with float32's, float32."""
+    sdpa, seen = torch.nn.functional.scaled_dot_product_attention, []
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, **kw: seen.append((q.dtype, k.dtype)) or sdpa(q, k, v, **kw))
+    for name, dtype in ((str(TO_FLOAT32), torch.float32), (str(TO_BFLOAT16), torch.bfloat16)):
         lm = tiny_int8_widened[name]
-        calls.clear()
+        assert lm.dtype == torch.float32 and lm.kv_dtype == dtype
+        seen.clear()
         doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config(chunk_size=100))
-        kvqa.answer(lm, doc, QUESTIONS_ASKED[1], max_new_tokens=8)
-        with torch.no_grad():  # a drafted step's shape: a few tokens after the cached ones
-            lm.model(input_ids=torch.tensor([[5, 6, 7]]), cache=doc.cache, use_cache=True)
-        long_reads = {t for t, _ in calls if t >= TO_BFLOAT16.rows}
-        assert 100 in long_reads and len(long_reads) >= 2, calls  # prefill chunks and the question's turn
-        assert {kind for t, kind in calls if t >= TO_BFLOAT16.rows} == {low}
-        assert {kind for t, kind in calls if t < TO_BFLOAT16.rows} == {None} and (3, None) in calls
+        assert {t.dtype for pair in doc.cache.tensors() for t in pair} == {dtype}
+        assert doc.cache_bytes == kvqa.cache.bytes_per_token(lm.config, dtype) * doc.cache.capacity
+        answer = kvqa.answer(lm, doc, QUESTIONS_ASKED[1], max_new_tokens=8)
+        assert len(answer.token_ids) > 0 and doc.cache.length == doc.tokens
+        with torch.no_grad():  # a drafted step's shape through the model's forward
+            logits = lm.model(input_ids=torch.tensor([[5, 6, 7]]), cache=doc.cache, use_cache=True).logits
+        assert logits.dtype == torch.float32
+        assert seen and set(seen) == {(dtype, dtype)}  # the step written out and the first chunk
+    half, full = (tiny_int8_widened[str(w)] for w in (TO_BFLOAT16, TO_FLOAT32))
+    assert kvqa.cache.bytes_per_token(half.config, half.kv_dtype) * 2 == kvqa.cache.bytes_per_token(
+        full.config, full.kv_dtype)
 
 
 def test_quantize_replaces_every_linear_and_shares_the_tied_matrix(tiny_lm, tiny_int8):

@@ -165,7 +165,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     with torch.no_grad():  # the prefill in chunks and as one forward, alternately, outside the memory window
         for _ in range(PREFILL_REPEATS):
             for chunk_size, times in ((len(prefix_ids), unchunked), (config.chunk_size, chunked)):
-                cache = new_cache(lm.config, len(prefix_ids) + config.reserve_tokens)
+                cache = new_cache(lm.config, len(prefix_ids) + config.reserve_tokens, lm.kv_dtype)
                 started = now(device)
                 run_chunks(lm, prefix_ids, cache, chunk_size=chunk_size)
                 times.append(now(device) - started)
@@ -198,7 +198,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
     row = _row("kvqa", tokens, runs, prefill_s=prefill_s, fork_s=_median(forks), peak_memory_bytes=memory.increase,
                peak_memory_total_bytes=memory.total, cache_bytes=cache_bytes, cache_tokens=capacity,
-               theoretical_cache_bytes=bytes_per_token(lm.config, lm.dtype) * capacity,
+               theoretical_cache_bytes=bytes_per_token(lm.config, lm.kv_dtype) * capacity,
                floor_ttft_s=_median(floors), floor_each_s=floors, question_tokens=asked,
                chunked_prefill_s=chunked_s, chunked_prefill_tokens_per_s=tokens / chunked_s if chunked_s > 0 else 0.0,
                unchunked_prefill_s=unchunked_s,
@@ -246,7 +246,7 @@ def decode_floor(row: dict, lm: LoadedModel, bandwidth: Bandwidth) -> dict:
     for a model whose input embedding is not tied to its head: a step reads one row of it). The step measured is
     1 / decode tokens/s (None, and no ratio, when no answer had a second token)."""
     weights = weight_bytes(lm.model)
-    kv = bytes_per_token(lm.config, lm.dtype) * row["context_tokens"]
+    kv = bytes_per_token(lm.config, lm.kv_dtype) * row["context_tokens"]
     floor = (weights + kv) / bandwidth.bytes_per_s
     step = 1 / row["decode_tokens_per_s"] if row["decode_tokens_per_s"] > 0 else None
     return {"weight_bytes": weights, "kv_bytes": kv, "decode_floor_s": floor, "decode_step_s": step,
