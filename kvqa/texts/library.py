@@ -427,9 +427,9 @@ TEXTS: dict[str, tuple[str, str]] = {
     "promise.int8": (
         "Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt again in "
         "the same chunks, with the same int8 weights. Read in one go instead, they can part ways after a near-tie: "
-        "int8 weights round each product's input to bfloat16.",
+        "with int8 weights a long read and a short one multiply in different kernels, rounding differently.",
         "从缓存得到的贪心回答，与模型用同样的 int8 权重按相同分块重读整个提示所给的回答逐位相同。若改为一次读完，"
-        "遇到几乎并列的候选后回答可能分叉：int8 权重会把每次矩阵乘法的输入舍入为 bfloat16。"),
+        "遇到几乎并列的候选后回答可能分叉：使用 int8 权重时，长读取与短读取由不同的内核相乘，舍入方式不同。"),
     "promise.remote": (
         "Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own cache, so "
         "kvqa promises no bit-identical cache and no answers token-identical to a recompute: the server's batching "
