@@ -197,22 +197,21 @@ class KVStore:
         named = {f"{kind}.{i}": t.to("cpu").contiguous() for i, (k, v) in enumerate(tensors)
                  for kind, t in (("k", k), ("v", v))}
         named["ids"] = torch.tensor(list(ids), dtype=torch.int64)
-        nbytes = sum(t.nbytes for t in named.values())
-        if nbytes > self.limit_bytes:
-            log.warning("kvqa store: a cache of %.0f MiB is larger than the store's limit (%.0f MiB, KVQA_STORE_MB); "
-                        "not written", nbytes / 2**20, self.limit_bytes / 2**20)
-            return False
         meta = {"format": str(FORMAT), "key": json.dumps(asdict(key), sort_keys=True), "layers": str(len(tensors)),
                 "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if read_s is not None:
             meta["read_s"] = f"{read_s:.6f}"
         meta["sha256"] = _checksum(named, [*_names(len(tensors)), "ids"], meta)
+        data = save(named, metadata=meta)  # the file's bytes, its header included: what the limit counts
+        if len(data) > self.limit_bytes:
+            log.warning("kvqa store: a cache of %.0f MiB is larger than the store's limit (%.0f MiB, KVQA_STORE_MB); "
+                        "not written", len(data) / 2**20, self.limit_bytes / 2**20)
+            return False
         path = self.path(key)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._make_room(nbytes, keep=path)
-            data = save(named, metadata=meta)
+            self._make_room(len(data), keep=path)
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()

@@ -133,26 +133,27 @@ def test_a_cut_file_is_a_miss(tmp_path, caplog, keep):
 
 
 def test_a_cache_larger_than_the_limit_is_not_written(tmp_path, caplog):
-    kv = tensors()
-    nbytes = sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)
+    """The limit counts the file's bytes, its header included, not only the tensors'."""
+    store, kv = written(tmp_path / "roomy")
+    nbytes = store.path(KEY).stat().st_size
+    assert nbytes > sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)  # the header is outside the tensors
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
-        assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "d", kv)
+        assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "01 Dec 2026", kv)
     assert "larger than the store's limit" in caplog.text and not (tmp_path / "small").exists()
-    assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "d", kv)  # exactly the limit fits
+    assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "01 Dec 2026", kv)  # exactly the limit fits
 
 
 def test_the_least_recently_used_files_make_room_and_only_as_many_as_needed(tmp_path):
     store, kv = written(tmp_path)
     size = store.path(KEY).stat().st_size
     a, b, c = KEY, replace(KEY, text_sha256="b"), replace(KEY, text_sha256="c")
-    payload = sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)  # what write() counts for the new file
-    exact = KVStore(tmp_path / "store", 2 * size + payload)  # room for all three, exactly
+    exact = KVStore(tmp_path / "store", 3 * size)  # room for all three files, exactly
     assert exact.write(b, IDS, "d", kv)
     os.utime(exact.path(a), (1000, 1000))
     os.utime(exact.path(b), (2000, 2000))
     assert exact.get(a) is not None  # a is now the most recently used
     assert exact.write(c, IDS, "d", kv) and len(exact.entries()) == 3  # it fits: nothing removed
-    tight = KVStore(tmp_path / "store", 2 * size + payload - 1)  # one byte short: the least recently used goes
+    tight = KVStore(tmp_path / "store", 3 * size - 1)  # one byte short: the least recently used goes
     assert tight.write(replace(KEY, text_sha256="d"), IDS, "d", kv)
     assert not tight.path(b).exists() and tight.path(a).exists() and tight.path(c).exists()
     assert len(tight.entries()) == 3
@@ -164,7 +165,7 @@ def test_a_store_folder_is_made_with_its_parents(tmp_path):
 
 
 def test_the_limit_is_said_in_mebibytes(tmp_path, caplog):
-    big = [(torch.zeros(1, 8, 2**14, 4), torch.zeros(1, 8, 2**14, 4))] * 3  # 3 x 4 MiB
+    big = [(torch.zeros(1, 8, 2**14, 4), torch.zeros(1, 8, 2**14, 4)) for _ in range(3)]  # 3 x 4 MiB
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         assert not KVStore(tmp_path, 2**20).write(KEY, range(2**14), "d", big)
     assert ("kvqa store: a cache of 12 MiB is larger than the store's limit (1 MiB, KVQA_STORE_MB); not written"
