@@ -104,8 +104,10 @@ def load(path: Path) -> Int8Kernel:
     def run(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         x = x.float().contiguous()
         (m, k), n = x.shape, rows.shape[0]
-        if rows.shape[1] != k or not rows.is_contiguous() or not scales.is_contiguous():
-            raise ValueError(f"int8 product of {tuple(x.shape)} by {tuple(rows.shape)}: shapes or layout")
+        if (rows.shape[1] != k or rows.dtype != torch.int8 or scales.dtype != torch.bfloat16 or scales.shape != (n,)
+                or not rows.is_contiguous() or not scales.is_contiguous()):  # what the C code reads, as it reads it
+            raise ValueError(f"int8 product of {tuple(x.shape)} by {tuple(rows.shape)} {rows.dtype} rows, "
+                             f"{scales.dtype} scales: shapes, dtypes or layout")
         y = torch.empty(m, n, dtype=torch.float32)
         multiply(x.data_ptr(), rows.data_ptr(), scales.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
         return y

@@ -80,6 +80,16 @@ def test_a_width_not_a_multiple_of_16_is_refused(builds, tiny_lm):
     assert isinstance(model.model.layers[0].mlp.down_proj, torch.nn.Linear)  # refused before anything changed
 
 
+@needs_a_build
+def test_what_the_c_code_cannot_read_is_refused(builds):
+    rows, scales = int8_rows(torch.randn(8, 32))
+    kernel, x = builds["native"], torch.randn(1, 32)
+    for bad in ((rows.float(), scales), (rows, scales.float()), (rows.t().contiguous().t(), scales),
+                (rows[:, :16], scales), (rows, scales[:4])):
+        with pytest.raises(ValueError, match="shapes, dtypes or layout"):
+            kernel(x, *bad)
+
+
 def test_torchs_kernel_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(int8_kernel, "default_cache_dir", lambda: tmp_path)
     choose_kernel.cache_clear()
