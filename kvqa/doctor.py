@@ -78,9 +78,9 @@ def diagnose(config: Config, environ) -> list[Check]:
     kv_dtype = dtype  # what the cache holds: int8 weights' widening may hold it in bfloat16
     try:
         weights = choose_weights(config.weights, device, dtype, model=config.model, compile=config.compile == "on")
-        kernel = choose_kernel() if weights == "int8" else None
-        kv_dtype = choose_widening().cache if kernel else dtype
-        shown = f" (one byte a weight, {kernel} for short products, {choose_widening()}; --weights fp32 for float32's)"
+        kernel, widening = (choose_kernel(), choose_widening()) if weights == "int8" else (None, None)
+        kv_dtype = widening.cache if widening else dtype
+        shown = f" (one byte a weight, {kernel} for short products, {widening}; --weights fp32 for float32's)"
         checks.append(Check("weights", weights + (shown if kernel else ""),
                             "kvqa's int8 kernel, about twice as fast as torch's, needs a C compiler (cc; CC names "
                             "another) and AVX2: see the log" if kernel == TORCH else None))

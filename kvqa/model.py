@@ -47,12 +47,7 @@ class LoadedModel:
     # kvqa.gemma_step)
     weights: str = "fp32"  # the weights' form (kvqa.weights): fp32 as loaded, or int8
     weight_bytes: int = 0  # what the weights hold in memory
-    cache_dtype: torch.dtype | None = None  # the keys' and values' dtype where not the model's (kvqa.weights.Widening)
-
-    @property
-    def kv_dtype(self) -> torch.dtype:
-        """The dtype the cache holds keys and values in."""
-        return self.cache_dtype or self.dtype
+    kv_dtype: torch.dtype = torch.float32  # what the cache holds keys and values in (kvqa.weights.cache_dtype)
 
     @property
     def config(self):
@@ -183,7 +178,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         step=written_out_step(model, device),
         weights=weights,
         weight_bytes=weight_bytes(model),
-        cache_dtype=cache_dtype(model),
+        kv_dtype=cache_dtype(model),
     )
 
 

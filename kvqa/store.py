@@ -197,15 +197,15 @@ class KVStore:
         named = {f"{kind}.{i}": t.to("cpu").contiguous() for i, (k, v) in enumerate(tensors)
                  for kind, t in (("k", k), ("v", v))}
         named["ids"] = torch.tensor(list(ids), dtype=torch.int64)
+        if self._too_large(sum(t.nbytes for t in named.values())):  # the tensors alone: no need to serialise them
+            return False
         meta = {"format": str(FORMAT), "key": json.dumps(asdict(key), sort_keys=True), "layers": str(len(tensors)),
                 "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if read_s is not None:
             meta["read_s"] = f"{read_s:.6f}"
         meta["sha256"] = _checksum(named, [*_names(len(tensors)), "ids"], meta)
         data = save(named, metadata=meta)  # the file's bytes, its header included: what the limit counts
-        if len(data) > self.limit_bytes:
-            log.warning("kvqa store: a cache of %.0f MiB is larger than the store's limit (%.0f MiB, KVQA_STORE_MB); "
-                        "not written", len(data) / 2**20, self.limit_bytes / 2**20)
+        if self._too_large(len(data)):
             return False
         path = self.path(key)
         tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -223,6 +223,14 @@ class KVStore:
             log.warning("kvqa store: could not write %s (%s); answers are unaffected", path.name, e)
             self._remove(tmp)
             return False
+
+    def _too_large(self, nbytes: int) -> bool:
+        """Whether a file of `nbytes` is over the limit (logged: it is not written)."""
+        if nbytes <= self.limit_bytes:
+            return False
+        log.warning("kvqa store: a cache of %.0f MiB is larger than the store's limit (%.0f MiB, KVQA_STORE_MB); "
+                    "not written", nbytes / 2**20, self.limit_bytes / 2**20)
+        return True
 
     # ---- the folder -----------------------------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ question's turn, a prefill chunk) are compute-bound, and those kernels are slow 
 that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
 then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
 `Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
-bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.cache_dtype): half the bytes a decode
+bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.kv_dtype): half the bytes a decode
 step reads at a long context and a question's turn attends to, and half the memory. Everything else between the
 products (norms, the residual stream) stays float32. The roundings mean a cached answer is
 promised bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:

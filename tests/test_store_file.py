@@ -164,7 +164,11 @@ def test_a_store_folder_is_made_with_its_parents(tmp_path):
     assert store.write(KEY, IDS, "d", tensors()) and store.get(KEY) is not None
 
 
-def test_the_limit_is_said_in_mebibytes(tmp_path, caplog):
+def test_the_limit_is_said_in_mebibytes(tmp_path, caplog, monkeypatch):
+    """Tensors already over the limit are refused before they are serialised (no copy of a cache too large)."""
+    import safetensors.torch
+
+    monkeypatch.setattr(safetensors.torch, "save", lambda *a, **k: pytest.fail("serialised a cache over the limit"))
     big = [(torch.zeros(1, 8, 2**14, 4), torch.zeros(1, 8, 2**14, 4)) for _ in range(3)]  # 3 x 4 MiB
     with caplog.at_level(logging.WARNING, logger="kvqa.store"):
         assert not KVStore(tmp_path, 2**20).write(KEY, range(2**14), "d", big)
