@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import torch
 
+from .decode_attention import attend_one
+
 GROUPED_SDPA = "kvqa_grouped_sdpa"
 
 
@@ -32,6 +34,9 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     rounding (the exactness tests hold: both answer paths use the same kernels)."""
     b, heads, q_len, d = query.shape  # (B, H, T, D); key, value: (B, kv_heads, S, D)
     kv_heads, dtype = key.shape[1], query.dtype
+    if q_len == 1 and attention_mask is None and b == 1:  # a decode step's: what the written-out steps call too
+        out = attend_one(query.reshape(b, kv_heads, heads // kv_heads, d), key, value, scaling or d ** -0.5)
+        return out.reshape(b, heads, q_len, d).transpose(1, 2).to(dtype).contiguous(), None
     query = query.to(key.dtype)  # a bfloat16 cache (int8 weights on AMX): bfloat16 attention, widened after
     if attention_mask is not None and attention_mask.is_floating_point():
         attention_mask = attention_mask.to(key.dtype)  # SDPA takes a boolean mask or one in the query's dtype

@@ -11,10 +11,10 @@ and sliding-window layers with their own rotary base, which attend to the window
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from transformers.models.gemma3.modeling_gemma3 import rotate_half
 
 from .cache import KVCache
+from .decode_attention import attend_one
 from .llama_step import fuse_layers
 
 
@@ -59,8 +59,7 @@ class GemmaStep:
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
             start = held.window_start  # what the window sees (the cache's length is still `position`)
             keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
-            out = F.scaled_dot_product_attention(q.to(keys.dtype).reshape(1, kv, h // kv, d), keys, values,
-                                                 scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
+            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, attn.scaling)  # (1, KV, H / KV, D)
             x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
             gate, up = gate_up_proj(layer.pre_feedforward_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.post_feedforward_layernorm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))

@@ -5,32 +5,28 @@ Both read each weight as the one byte it is stored in; kvqa's reads at about flo
 about half of it (docs/performance.md measures both). They give different bits (torch's rounds the inputs to bfloat16,
 kvqa's keeps them float32), so the kernel is part of a cache's key (kvqa.weights.products_of). In both an output row
 depends on its own input row alone, bit for bit. The build is cached under the cache folder (kvqa.config), one file
-per source, compiler and CPU; a failed build is logged once and torch's kernel runs.
+per source, compiler and CPU (kvqa.native); a failed build is logged once and torch's kernel runs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import logging
 import os
 import platform
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .config import default_cache_dir
+from .native import build, build_failure
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int8_matmul.c")
-BUILD_SECONDS = 120
 
 
 @dataclass(frozen=True)
@@ -54,43 +50,6 @@ def _torch_multiply(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -
 
 
 TORCH = Int8Kernel("torch's _weight_int8pack_mm", _torch_multiply)
-
-
-def _cpu_signature() -> str:
-    """What a build made with -march=native depends on: the machine and its CPU's flags."""
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {flags}"
-
-
-def build(folder: Path | None = None, compiler: str | None = None, flags: tuple[str, ...] = ()) -> Path:
-    """The shared library built from int8_matmul.c for this CPU, with extra compiler `flags` (built now unless
-    already in `folder`). Raises OSError or subprocess.SubprocessError when it cannot be built."""
-    name = compiler or os.environ.get("CC") or "cc"
-    compiler = shutil.which(name)
-    if compiler is None:
-        raise FileNotFoundError(f"no C compiler {name!r} found; install one (Debian: gcc) or set CC to one")
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    source = SOURCE.read_bytes()
-    signature = f"{version} {_cpu_signature()} {' '.join(flags)}"
-    key = hashlib.sha256(source + signature.encode()).hexdigest()[:16]
-    folder = folder or default_cache_dir() / "kernels"
-    path = folder / f"int8_matmul-{key}.so"
-    if path.exists():
-        return path
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:  # built aside, then renamed: never half a file
-        built = Path(scratch) / path.name
-        subprocess.run([compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", *flags, "-o", str(built),
-                        str(SOURCE)], check=True, capture_output=True, text=True, timeout=BUILD_SECONDS)
-        os.replace(built, path)
-    return path
 
 
 def load(path: Path) -> Int8Kernel:
@@ -124,9 +83,8 @@ def choose_kernel() -> Int8Kernel:
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512") or platform.machine() != "x86_64":
         return TORCH
     try:
-        return load(build())
+        return load(build(SOURCE))
     except (OSError, subprocess.SubprocessError) as e:
-        detail = getattr(e, "stderr", "") or e
         log.warning("kvqa: int8 products run on torch's kernel, about half as fast: could not build kvqa's (%s)",
-                    str(detail).strip()[:500])
+                    build_failure(e))
         return TORCH

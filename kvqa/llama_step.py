@@ -14,10 +14,10 @@ head's group for attention (kvqa.attention.grouped_sdpa).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import rotate_half
 
 from .cache import KVCache
+from .decode_attention import attend_one
 from .weights import fuse
 
 
@@ -61,8 +61,7 @@ class LlamaStep:
             held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
             held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
             keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
-            out = F.scaled_dot_product_attention(qk[:, :h].to(keys.dtype).reshape(1, kv, h // kv, d), keys, values,
-                                                 scale=attn.scaling)  # (1, KV, H / KV, D): the group's queries
+            out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, attn.scaling)  # (1, KV, H / KV, D)
             x = x + attn.o_proj(out.reshape(1, 1, h * d).to(x.dtype))  # in the cache's dtype, as grouped_sdpa
             gate, up = gate_up_proj(layer.post_attention_layernorm(x)).chunk(2, dim=-1)
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)

@@ -11,6 +11,7 @@ import torch
 
 from .cache import bytes_per_token, cache_from_tensors
 from .config import Config
+from .decode_attention import choose_decode_attention
 from .documents import Document
 from .errors import KvqaError
 from .generate import check_fits, out_of_memory_as_error, prefill, prefix_of
@@ -25,8 +26,10 @@ log = logging.getLogger(__name__)
 
 def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
     """What determines this document's cache with this model here (the prefix ids are checked from the file)."""
+    one_token = f" + {choose_decode_attention()}" if lm.device.type == "cpu" else ""  # a last chunk of one token
     return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch."),
-                    device=lm.device.type, attention=lm.attn_implementation, text_sha256=text_sha256(document.text))
+                    device=lm.device.type, attention=lm.attn_implementation + one_token,
+                    text_sha256=text_sha256(document.text))
 
 
 def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, weights: str, config: Config = Config(),

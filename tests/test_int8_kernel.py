@@ -12,9 +12,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kvqa import int8_kernel
+from kvqa import int8_kernel, native
 from kvqa.errors import ModelError
-from kvqa.int8_kernel import TORCH, build, choose_kernel, load
+from kvqa.int8_kernel import SOURCE, TORCH, choose_kernel, load
+from kvqa.native import build
 from kvqa.weights import int8_rows, quantize
 
 HERE = torch.backends.cpu.get_cpu_capability()
@@ -26,9 +27,9 @@ needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("A
 def builds(tmp_path_factory) -> dict[str, int8_kernel.Int8Kernel]:
     """This CPU's build and, where it has AVX-512, the AVX2 one beside it."""
     folder = tmp_path_factory.mktemp("kernels")
-    kernels = {"native": load(build(folder))}
+    kernels = {"native": load(build(SOURCE, folder))}
     if HERE == "AVX512":
-        kernels["avx2"] = load(build(folder, flags=("-mno-avx512f",)))
+        kernels["avx2"] = load(build(SOURCE, folder, flags=("-mno-avx512f",)))
     return kernels
 
 
@@ -41,9 +42,9 @@ def test_the_build_is_named_for_its_vector_units_and_kept(builds, tmp_path, monk
     assert builds["native"].name == f"kvqa's {'AVX-512' if HERE == 'AVX512' else 'AVX2'} kernel"
     if "avx2" in builds:
         assert builds["avx2"].name == "kvqa's AVX2 kernel"
-    first = build(tmp_path)
+    first = build(SOURCE, tmp_path)
     made = first.stat().st_mtime_ns
-    assert build(tmp_path) == first and first.stat().st_mtime_ns == made  # the second time: the kept file
+    assert build(SOURCE, tmp_path) == first and first.stat().st_mtime_ns == made  # the second time: the kept file
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # nothing half-written left beside it
 
 
@@ -91,7 +92,7 @@ def test_what_the_c_code_cannot_read_is_refused(builds):
 
 
 def test_torchs_kernel_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
-    monkeypatch.setattr(int8_kernel, "default_cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(native, "default_cache_dir", lambda: tmp_path)
     choose_kernel.cache_clear()
     try:
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a name that is not on PATH either
@@ -114,8 +115,7 @@ def test_torchs_kernel_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog
 def test_a_source_that_does_not_compile_is_an_error_build_reports(monkeypatch, tmp_path):
     broken = tmp_path / "int8_matmul.c"
     broken.write_text("this is not C")
-    monkeypatch.setattr(int8_kernel, "SOURCE", broken)
-    with pytest.raises(int8_kernel.subprocess.CalledProcessError) as failed:
-        build(tmp_path / "kernels")
+    with pytest.raises(native.subprocess.CalledProcessError) as failed:
+        build(broken, tmp_path / "kernels")
     assert "error" in failed.value.stderr
     assert not list((tmp_path / "kernels").glob("*.so"))
