@@ -1,15 +1,15 @@
-"""The attention kvqa registers with transformers for the CPU (as GROUPED_SDPA; kvqa.model sets it on a CPU model
-that would use "sdpa"): PyTorch's SDPA with grouped key/value heads taken as they are, without a copy of the cache
-per layer. transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later
-prefill chunks, drafted tokens); grouped_sdpa folds a single query token into its group instead, so one pass reads each
-head's keys once, and attend_after_past attends new tokens that follow cached ones without a T x S mask, the cached
-keys and the new ones in two passes merged by their log-sum-exps (causal_mask leaves that mask out), which SDPA's CPU
-kernel would otherwise convert, read for every head and compute the hidden blocks of in every layer. The same
-attention up to rounding (the summation order changes; tests/test_exactness.py); the measured gains are in
-grouped_sdpa's and attend_after_past's docstrings. Where the cache holds its keys and values in another dtype than
-the queries' (bfloat16 with int8 weights on a CPU with AMX: kvqa.weights.TO_BFLOAT16), the queries are rounded to it
-and the output widened back: attention reads half the bytes (an 80-token question on 4,096 cached tokens, its
-cached part in bfloat16: 181 -> 141 ms, SmolLM2, 2026-12-02).
+"""The attention kvqa registers with transformers for the CPU (as GROUPED_SDPA; kvqa.model sets it on a CPU model that
+would use "sdpa"): PyTorch's SDPA with grouped key/value heads taken as they are, without a copy of the cache per
+layer. transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later prefill
+chunks, drafted tokens); grouped_sdpa folds a single query token into its group instead, so one pass reads each head's
+keys once (kvqa.decode_attention: kvqa's C kernel on AVX-512), and attend_after_past attends new tokens that follow
+cached ones without a T x S mask, the cached keys and the new ones in two passes merged by their log-sum-exps
+(causal_mask leaves that mask out), which SDPA's CPU kernel would otherwise convert, read for every head and compute
+the hidden blocks of in every layer. The same attention up to rounding (the summation order changes;
+tests/test_exactness.py); the measured gains are in grouped_sdpa's and attend_after_past's docstrings. Where the cache
+holds its keys and values in another dtype than the queries' (bfloat16 with int8 weights on a CPU with AMX:
+kvqa.weights.TO_BFLOAT16), the queries are rounded to it and the output widened back: attention reads half the bytes
+(an 80-token question on 4,096 cached tokens, its cached part in bfloat16: 181 -> 141 ms, SmolLM2, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
 
     transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later prefill
     chunks, drafted tokens). Here a single query token is folded into its group instead, (B, H, 1, D) ->
-    (B, kv_heads, H / kv_heads, D), so one pass reads each head's keys once; new tokens after cached ones go through
+    (B, kv_heads, H / kv_heads, D), so one pass reads each head's keys once (kvqa.decode_attention.attend_one: kvqa's
+    kernel where built, else SDPA; the written-out steps call it too); new tokens after cached ones go through
     attend_after_past (no mask: causal_mask() leaves it out); a first chunk uses SDPA's causal kernel.
     Measured 2026-11-30 (SmolLM2-135M, 2 cores): a 7-token forward at 5,174 cached tokens 133 -> 106 ms, a decode
     step's attention at 4,096 tokens 19.8 -> 16.3 ms (30 layers), logits equal to transformers' within float32
     rounding (the exactness tests hold: both answer paths use the same kernels)."""
     b, heads, q_len, d = query.shape  # (B, H, T, D); key, value: (B, kv_heads, S, D)
     kv_heads, dtype = key.shape[1], query.dtype
-    if q_len == 1 and attention_mask is None and b == 1:  # a decode step's: what the written-out steps call too
+    if q_len == 1 and attention_mask is None and b == 1:  # one token (a decode step), its group's queries together
         out = attend_one(query.reshape(b, kv_heads, heads // kv_heads, d), key, value, scaling or d ** -0.5)
         return out.reshape(b, heads, q_len, d).transpose(1, 2).to(dtype).contiguous(), None
     query = query.to(key.dtype)  # a bfloat16 cache (int8 weights on AMX): bfloat16 attention, widened after

@@ -19,6 +19,8 @@ tests/test_weights.py and tests/test_exactness.py. A tied embedding and output l
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -85,14 +87,7 @@ class Int8Linear(torch.nn.Module):
         self.kernel = kernel or choose_kernel()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        if flat.shape[0] < self.widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
-            y = self.kernel(flat, self.rows, self.scales).to(x.dtype)
-        elif self.widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
-            y = F.linear(flat.to(torch.bfloat16), self.rows.to(torch.bfloat16)).to(x.dtype) * self.scales.to(x.dtype)
-        else:  # compute-bound: float32's product, on the weights widened once
-            y = F.linear(flat, self.rows.to(x.dtype) * self.scales.to(x.dtype)[:, None])
-        return y.reshape(*x.shape[:-1], -1)
+        return int8_product(self.rows, self.scales, self.widening, self.kernel, x)
 
     @property
     def in_features(self) -> int:
@@ -101,6 +96,30 @@ class Int8Linear(torch.nn.Module):
     @property
     def out_features(self) -> int:
         return self.rows.shape[0]
+
+
+def int8_product(rows: torch.Tensor, scales: torch.Tensor, widening: Widening, kernel: Int8Kernel,
+                 x: torch.Tensor) -> torch.Tensor:
+    """x W^T for W = rows times scales (Int8Linear's forward)."""
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] < widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
+        y = kernel(flat, rows, scales).to(x.dtype)
+    elif widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
+        y = F.linear(flat.to(torch.bfloat16), rows.to(torch.bfloat16)).to(x.dtype) * scales.to(x.dtype)
+    else:  # compute-bound: float32's product, on the weights widened once
+        y = F.linear(flat, rows.to(x.dtype) * scales.to(x.dtype)[:, None])
+    return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def product(linear: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A bias-free linear layer's y = x W^T as a plain function, its weights looked up once: the written-out decode
+    steps call some 200 a token, and a module call with its buffer lookups costs microseconds. Any other module as
+    it is."""
+    if isinstance(linear, Int8Linear):
+        return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel)
+    if isinstance(linear, (Linear, torch.nn.Linear)) and getattr(linear, "bias", None) is None:
+        return functools.partial(F.linear, weight=linear.weight)
+    return linear
 
 
 class Int8Embedding(torch.nn.Module):
