@@ -1,5 +1,5 @@
 """Attention for one new token over the cache (a decode step): kvqa's own kernel (decode_attention.c, built for this
-CPU at first use: kvqa.native) where the CPU has AVX-512, else PyTorch's SDPA.
+CPU at first use: kvqa.native) where the CPU has AVX2 or AVX-512 and a C compiler is here, else PyTorch's SDPA.
 
 At a long context a decode step's attention reads every cached key and value once for a single query token.
 PyTorch's CPU kernel reads them at about 14 GB/s here, kvqa's at about 26 (30 layers at 4,096 tokens: 13.1 -> 7.2 ms
@@ -77,6 +77,7 @@ def load(path: Path) -> DecodeAttention:
     attend.restype = ctypes.c_int
     group, dim = ctypes.c_int(), ctypes.c_int()
     library.kvqa_decode_attention_limits(ctypes.byref(group), ctypes.byref(dim))
+    lanes = library.kvqa_decode_attention_lanes()  # 16 (AVX-512) or 8 (AVX2)
 
     def run(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
         query = query.contiguous()
@@ -88,16 +89,17 @@ def load(path: Path) -> DecodeAttention:
             raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
         return out
 
-    return DecodeAttention("kvqa's AVX-512 decode attention", run, group.value, dim.value)
+    return DecodeAttention(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} decode attention", run, group.value,
+                           dim.value)
 
 
 @functools.cache
 def choose_decode_attention() -> DecodeAttention:
-    """kvqa's kernel on an x86 CPU with AVX-512 where it builds (KVQA_ATTENTION_KERNEL=torch: PyTorch's SDPA
-    always), else SDPA."""
+    """kvqa's kernel on an x86 CPU with AVX2 or AVX-512 where it builds (KVQA_ATTENTION_KERNEL=torch: PyTorch's
+    SDPA always), else SDPA."""
     if os.environ.get("KVQA_ATTENTION_KERNEL") == "torch":
         return SDPA
-    if torch.backends.cpu.get_cpu_capability() != "AVX512" or platform.machine() != "x86_64":
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512") or platform.machine() != "x86_64":
         return SDPA
     try:
         return load(build(SOURCE))

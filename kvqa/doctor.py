@@ -72,13 +72,14 @@ def diagnose(config: Config, environ) -> list[Check]:
                             "float16/bfloat16 on a CPU are slow: use --dtype float32" if
                             device.type == "cpu" and dtype != torch.float32 else None))
         one_token = choose_decode_attention() if device.type == "cpu" else None
+        unbuilt = (one_token == SDPA and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+                   and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch")  # it could run here, but did not build
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
                             + (f", decode steps: {one_token}" if one_token else ""),
                             "pip install flash-attn for the fastest attention on this GPU" if
                             device.type == "cuda" and importlib.util.find_spec("flash_attn") is None else
                             "kvqa's decode attention, about twice as fast at long contexts, needs a C compiler (cc): "
-                            "see the log" if one_token == SDPA and torch.backends.cpu.get_cpu_capability() == "AVX512"
-                            and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch" else None))
+                            "see the log" if unbuilt else None))
     except ModelError as e:
         checks.append(Check("device", config.device, str(e)))
         device, dtype = torch.device("cpu"), torch.float32

@@ -1,7 +1,7 @@
 """kvqa's decode attention (kvqa/decode_attention.c through kvqa.decode_attention): one token's attention over a cache
 as a float64 reference computes it, within float32's rounding, for the shapes of the models kvqa knows and others, on
-float32 and bfloat16 caches, windows of a larger buffer included; the same bits on any thread count; what it cannot
-read goes to PyTorch's SDPA, as does everything where it cannot be built."""
+float32 and bfloat16 caches, windows of a larger buffer included, in its AVX-512 and its AVX2 build; the same bits
+on any thread count; what it cannot read goes to PyTorch's SDPA, as does everything where it cannot be built."""
 
 from __future__ import annotations
 
@@ -16,14 +16,24 @@ from kvqa import decode_attention, native
 from kvqa.decode_attention import SDPA, SOURCE, attend_one, choose_decode_attention, load
 from kvqa.native import build
 
-needs_a_build = pytest.mark.skipif(
-    shutil.which("cc") is None or torch.backends.cpu.get_cpu_capability() != "AVX512",
-    reason="kvqa's decode attention needs a C compiler (cc) and AVX-512")
+HERE = torch.backends.cpu.get_cpu_capability()
+needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("AVX2", "AVX512"),
+                                   reason="kvqa's decode attention needs a C compiler (cc) and AVX2")
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory) -> decode_attention.DecodeAttention:
-    return load(build(SOURCE, tmp_path_factory.mktemp("kernels")))
+def builds(tmp_path_factory) -> dict[str, decode_attention.DecodeAttention]:
+    """This CPU's build and, where it has AVX-512, the AVX2 one beside it."""
+    folder = tmp_path_factory.mktemp("kernels")
+    kernels = {"native": load(build(SOURCE, folder))}
+    if HERE == "AVX512":
+        kernels["avx2"] = load(build(SOURCE, folder, flags=("-mno-avx512f",)))
+    return kernels
+
+
+@pytest.fixture
+def kernel(builds) -> decode_attention.DecodeAttention:
+    return builds["native"]
 
 
 def cache(kv: int, length: int, d: int, dtype: torch.dtype, *, start: int = 0, capacity: int | None = None):
@@ -38,10 +48,14 @@ def reference(query, keys, values, scale):
 
 
 @needs_a_build
+@pytest.mark.parametrize("which", ["native", "avx2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kv, group, d", [(3, 3, 64), (8, 3, 128), (1, 4, 256), (2, 7, 64), (1, 1, 16), (2, 8, 32)])
-@pytest.mark.parametrize("length", [1, 15, 16, 17, 511, 512, 513, 1100])
-def test_attention_is_the_reference_within_rounding(kernel, dtype, kv, group, d, length):
+@pytest.mark.parametrize("length", [1, 7, 8, 9, 15, 16, 17, 511, 512, 513, 1100])
+def test_attention_is_the_reference_within_rounding(builds, which, dtype, kv, group, d, length):
+    if which not in builds:
+        pytest.skip("this CPU has no AVX-512: its build is the AVX2 one")
+    kernel = builds[which]
     torch.manual_seed(length * 7 + d)
     keys, values = cache(kv, length, d, dtype, start=3)
     query = torch.randn(1, kv, group, d) * 3  # sharp enough that the maximum matters
@@ -52,28 +66,30 @@ def test_attention_is_the_reference_within_rounding(kernel, dtype, kv, group, d,
 
 
 @needs_a_build
-def test_a_score_far_above_the_rest_and_a_window_of_a_larger_buffer(kernel):
+def test_a_score_far_above_the_rest_and_a_window_of_a_larger_buffer(builds):
     keys, values = cache(3, 700, 64, torch.float32, start=200, capacity=1000)
     query = torch.randn(1, 3, 3, 64)
     keys[0, 1, 650] = query[0, 1, 2] * 40  # one key that takes nearly all of a query's weight, late in the part
-    got = kernel.run(query, keys, values, 0.125)
-    torch.testing.assert_close(got, reference(query, keys, values, 0.125), rtol=1e-5, atol=2e-6)
-    assert torch.allclose(got[0, 1, 2], values[0, 1, 650], atol=1e-4)
+    for kernel in builds.values():
+        got = kernel.run(query, keys, values, 0.125)
+        torch.testing.assert_close(got, reference(query, keys, values, 0.125), rtol=1e-5, atol=2e-6)
+        assert torch.allclose(got[0, 1, 2], values[0, 1, 650], atol=1e-4)
 
 
 @needs_a_build
-def test_the_same_bits_on_any_thread_count(kernel):
+def test_the_same_bits_on_any_thread_count(builds):
     keys, values = cache(3, 2000, 64, torch.bfloat16)
     query = torch.randn(1, 3, 3, 64)
     threads = torch.get_num_threads()
-    try:
-        outs = []
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            outs.append(kernel.run(query, keys, values, 0.125))
-    finally:
-        torch.set_num_threads(threads)
-    assert all(torch.equal(outs[0], out) for out in outs[1:])
+    for kernel in builds.values():
+        try:
+            outs = []
+            for n in (1, 2, 3):
+                torch.set_num_threads(n)
+                outs.append(kernel.run(query, keys, values, 0.125))
+        finally:
+            torch.set_num_threads(threads)
+        assert all(torch.equal(outs[0], out) for out in outs[1:])
 
 
 @needs_a_build
@@ -124,10 +140,13 @@ def test_sdpa_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
 
 
 @needs_a_build
-def test_the_kernel_is_what_runs_here_and_is_named_in_a_caches_key(tiny_lm):
+def test_the_kernel_is_what_runs_here_and_is_named_in_a_caches_key(builds, tiny_lm):
     from kvqa.documents import Document
     from kvqa.restore import cache_key
 
-    assert choose_decode_attention().name == "kvqa's AVX-512 decode attention"
+    name = f"kvqa's {'AVX-512' if HERE == 'AVX512' else 'AVX2'} decode attention"
+    assert builds["native"].name == choose_decode_attention().name == name
+    if "avx2" in builds:
+        assert builds["avx2"].name == "kvqa's AVX2 decode attention"
     key = cache_key(tiny_lm, Document("x.txt", "text"), weights="fp32")
-    assert key.attention.endswith("+ kvqa's AVX-512 decode attention")
+    assert key.attention.endswith(f"+ {name}")

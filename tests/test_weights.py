@@ -30,6 +30,7 @@ from kvqa.weights import (
     choose_weights,
     choose_widening,
     int8_rows,
+    product,
     weight_bytes,
 )
 from test_exactness import assert_question_logits_as_in_the_same_chunks
@@ -166,6 +167,18 @@ def test_the_fused_int8_projections_are_the_modules_own_rows(int8_lm, default_lm
     assert fused.rows.shape[0] == sum(p.rows.shape[0] for p in (attn.q_proj, attn.k_proj, attn.v_proj))
     assert attn.k_proj.rows.untyped_storage().data_ptr() == fused.rows.untyped_storage().data_ptr()
     assert int8_lm.weight_bytes == weight_bytes(int8_lm.model) < 0.3 * weight_bytes(default_lm.model)
+
+
+def test_a_product_is_its_layers_forward_as_a_plain_function():
+    torch.manual_seed(0)
+    plain, biased = torch.nn.Linear(32, 8, bias=False), torch.nn.Linear(32, 8)
+    int8 = Int8Linear(*int8_rows(plain.weight), TO_FLOAT32)
+    for rows in (1, 3, 200):  # the int8 kernel's rows and the widening's
+        x = torch.randn(1, rows, 32)
+        for layer in (plain, int8):
+            f = product(layer)
+            assert f is not layer and torch.equal(f(x), layer(x))
+    assert product(biased) is biased  # what it does not know how to call, it leaves as it is
 
 
 @pytest.fixture(scope="session")
