@@ -32,7 +32,7 @@ from .int8_kernel import Int8Kernel, choose_kernel
 FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
 MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
 # Models whose int8 answers on the real sets held the gold within 2 points of float32's (docs/quality.md): auto picks
-# int8 for these alone. Gemma 3 270M lost 2.4 and 1.4 points in Chinese, so it keeps float32; others: not measured.
+# int8 for these alone. Gemma 3 270M lost 2.4 and 2.8 points in Chinese, so it keeps float32; others: not measured.
 INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct",)
 
 
