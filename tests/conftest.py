@@ -102,6 +102,21 @@ def gemma_lm() -> kvqa.LoadedModel:
     return kvqa.load_model(kvqa.Config(model="gemma-3-270m", weights="fp32"))
 
 
+HERE = torch.backends.cpu.get_cpu_capability()  # the vector units PyTorch found: kvqa's C kernels need AVX2
+needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("AVX2", "AVX512"),
+                                   reason="kvqa's C kernels need a C compiler (cc) and AVX2")
+
+
+def kernel_builds(source: Path, load, folder: Path) -> dict:
+    """A C kernel (kvqa.native) built for this CPU and, where it has AVX-512, its AVX2 build beside it, each loaded."""
+    from kvqa.native import build
+
+    kernels = {"native": load(build(source, folder))}
+    if HERE == "AVX512":
+        kernels["avx2"] = load(build(source, folder, flags=("-mno-avx512f",)))
+    return kernels
+
+
 def tiny_llama(tokenizer, *, seed: int = 0, layers: int = 2, dtype: torch.dtype = torch.float32,
                weights: str = "fp32", widening=None, kernel=None) -> kvqa.LoadedModel:
     """A randomly initialised 2-layer Llama with the tokenizer's vocabulary, in the manner of transformers' tests."""

@@ -6,29 +6,19 @@ on any thread count; what it cannot read goes to PyTorch's SDPA, as does everyth
 from __future__ import annotations
 
 import logging
-import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import HERE, kernel_builds, needs_a_build
 from kvqa import decode_attention, native
 from kvqa.decode_attention import SDPA, SOURCE, attend_one, choose_decode_attention, load
-from kvqa.native import build
-
-HERE = torch.backends.cpu.get_cpu_capability()
-needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("AVX2", "AVX512"),
-                                   reason="kvqa's decode attention needs a C compiler (cc) and AVX2")
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, decode_attention.DecodeAttention]:
-    """This CPU's build and, where it has AVX-512, the AVX2 one beside it."""
-    folder = tmp_path_factory.mktemp("kernels")
-    kernels = {"native": load(build(SOURCE, folder))}
-    if HERE == "AVX512":
-        kernels["avx2"] = load(build(SOURCE, folder, flags=("-mno-avx512f",)))
-    return kernels
+    return kernel_builds(SOURCE, load, tmp_path_factory.mktemp("kernels"))
 
 
 @pytest.fixture
@@ -102,7 +92,7 @@ def test_what_it_cannot_read_goes_to_sdpa(kernel, monkeypatch):
         "a bfloat16 query": (query.bfloat16(), keys, values),
         "keys and values in two dtypes": (query, keys, values.bfloat16()),
         "float16 keys and values": (query, keys.half(), values.half()),
-        "a head size not a multiple of 16": (query[..., :40], keys[..., :40], values[..., :40]),
+        "a head size not a multiple of 16": tuple(t[..., :40].contiguous() for t in (query, keys, values)),
         "more query heads to a group than it holds": (torch.randn(1, 2, 9, 64), keys, values),
         "rows that are not contiguous": (query, keys.transpose(2, 3).contiguous().transpose(2, 3), values),
         "two sequences": (query.expand(2, -1, -1, -1), keys.expand(2, -1, -1, -1), values.expand(2, -1, -1, -1)),

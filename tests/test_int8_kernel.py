@@ -6,31 +6,22 @@ from __future__ import annotations
 
 import copy
 import logging
-import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import HERE, kernel_builds, needs_a_build
 from kvqa import int8_kernel, native
 from kvqa.errors import ModelError
 from kvqa.int8_kernel import SOURCE, TORCH, choose_kernel, load
 from kvqa.native import build
 from kvqa.weights import int8_rows, quantize
 
-HERE = torch.backends.cpu.get_cpu_capability()
-needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("AVX2", "AVX512"),
-                                   reason="kvqa's int8 kernel needs a C compiler (cc) and AVX2")
-
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, int8_kernel.Int8Kernel]:
-    """This CPU's build and, where it has AVX-512, the AVX2 one beside it."""
-    folder = tmp_path_factory.mktemp("kernels")
-    kernels = {"native": load(build(SOURCE, folder))}
-    if HERE == "AVX512":
-        kernels["avx2"] = load(build(SOURCE, folder, flags=("-mno-avx512f",)))
-    return kernels
+    return kernel_builds(SOURCE, load, tmp_path_factory.mktemp("kernels"))
 
 
 def reference(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
