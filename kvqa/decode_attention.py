@@ -2,9 +2,9 @@
 CPU at first use: kvqa.native) where the CPU has AVX2 or AVX-512 and a C compiler is here, else PyTorch's SDPA.
 
 At a long context a decode step's attention reads every cached key and value once for a single query token.
-PyTorch's CPU kernel reads them at about 14 GB/s here, kvqa's at about 26 (30 layers at 4,096 tokens: 13.1 -> 7.2 ms
-in float32, 7.0 -> 3.6 ms in bfloat16; docs/performance.md). Both keep the query float32 where the cache holds
-bfloat16, kvqa's also its output (PyTorch's rounds both to bfloat16). The same attention up to rounding (the
+PyTorch's CPU kernel reads them at about 14 GB/s here, kvqa's at about 30 (30 layers at 4,096 tokens: 12-13 -> 5.4 ms
+in float32, 7 -> 3.4 ms in bfloat16; docs/performance.md). Where the cache holds bfloat16, kvqa's keeps the query and
+its output float32 (PyTorch's rounds both to bfloat16). The same attention up to rounding (the
 summation order and the exponential differ: tests/test_decode_attention.py); the written-out steps and the forward's
 one-token attention (kvqa.attention.grouped_sdpa) call the same function, so they stay equal bit for bit. The kernel
 is part of a cache's key (kvqa.restore.cache_key): a prefill whose last chunk is one token runs through it.
