@@ -2,7 +2,7 @@
 would use "sdpa"): PyTorch's SDPA with grouped key/value heads taken as they are, without a copy of the cache per
 layer. transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later prefill
 chunks, drafted tokens); grouped_sdpa folds a single query token into its group instead, so one pass reads each head's
-keys once (kvqa.decode_attention: kvqa's C kernel on AVX-512), and attend_after_past attends new tokens that follow
+keys once (kvqa.decode_attention: kvqa's C kernel on AVX2/AVX-512), and attend_after_past attends new tokens that follow
 cached ones without a T x S mask, the cached keys and the new ones in two passes merged by their log-sum-exps
 (causal_mask leaves that mask out), which SDPA's CPU kernel would otherwise convert, read for every head and compute
 the hidden blocks of in every layer. The same attention up to rounding (the summation order changes;

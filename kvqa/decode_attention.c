@@ -29,6 +29,7 @@ static inline vec load(const float *x) { return _mm512_loadu_ps(x); }
 static inline void store(float *x, vec a) { _mm512_storeu_ps(x, a); }
 static inline vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
 static inline vec mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+static inline vec bigger(vec a, vec b) { return _mm512_max_ps(a, b); }
 static inline vec madd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vec nmadd(vec a, vec b, vec c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline float total(vec a) { return _mm512_reduce_add_ps(a); }
@@ -68,6 +69,7 @@ static inline vec load(const float *x) { return _mm256_loadu_ps(x); }
 static inline void store(float *x, vec a) { _mm256_storeu_ps(x, a); }
 static inline vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
 static inline vec mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+static inline vec bigger(vec a, vec b) { return _mm256_max_ps(a, b); }
 static inline vec madd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vec nmadd(vec a, vec b, vec c) { return _mm256_fnmadd_ps(a, b, c); }
 static inline float total(vec a) {
@@ -103,14 +105,6 @@ static inline vec sum_lanes(vec v[LANES]) {
 #else
 #error "kvqa's decode attention needs AVX2 with FMA, or AVX-512"
 #endif
-
-static inline vec bigger(vec a, vec b) {
-#if LANES == 16
-    return _mm512_max_ps(a, b);
-#else
-    return _mm256_max_ps(a, b);
-#endif
-}
 
 /* e^x for x <= 0 (Cephes' expf: the power of two split off, a degree-7 polynomial on the rest; about 1 ulp) */
 static inline vec exp_of(vec x) {
@@ -216,10 +210,9 @@ static void attend_part_any(const float *q, const void *k, const void *v, int64_
         attend_part(q, k, v, n, g, d, scale, bf16, partial);
 }
 
-int kvqa_decode_attention_limits(int *max_group, int *max_dim) {
+void kvqa_decode_attention_limits(int *max_group, int *max_dim) {
     *max_group = MAX_GROUP;
     *max_dim = MAX_DIM;
-    return PART;
 }
 
 int kvqa_decode_attention_lanes(void) { return LANES; }

@@ -16,7 +16,6 @@ import ctypes
 import functools
 import logging
 import os
-import platform
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .native import build, build_failure
+from .native import build, build_failure, vector_cpu
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +98,7 @@ def choose_decode_attention() -> DecodeAttention:
     SDPA always), else SDPA."""
     if os.environ.get("KVQA_ATTENTION_KERNEL") == "torch":
         return SDPA
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512") or platform.machine() != "x86_64":
+    if not vector_cpu():
         return SDPA
     try:
         return load(build(SOURCE))

@@ -16,6 +16,7 @@ from .decode_attention import SDPA, choose_decode_attention
 from .errors import ModelError
 from .int8_kernel import TORCH, choose_kernel
 from .model import choose_attention, choose_device, choose_dtype
+from .native import vector_cpu
 from .offline import installed, offline_model
 from .weights import choose_weights, choose_widening
 
@@ -72,8 +73,7 @@ def diagnose(config: Config, environ) -> list[Check]:
                             "float16/bfloat16 on a CPU are slow: use --dtype float32" if
                             device.type == "cpu" and dtype != torch.float32 else None))
         one_token = choose_decode_attention() if device.type == "cpu" else None
-        unbuilt = (one_token == SDPA and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
-                   and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch")  # it could run here, but did not build
+        unbuilt = one_token == SDPA and vector_cpu() and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch"
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
                             + (f", decode steps: {one_token}" if one_token else ""),
                             "pip install flash-attn for the fastest attention on this GPU" if

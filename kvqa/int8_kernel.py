@@ -14,7 +14,6 @@ import ctypes
 import functools
 import logging
 import os
-import platform
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .native import build, build_failure
+from .native import build, build_failure, vector_cpu
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ def choose_kernel() -> Int8Kernel:
     else torch's."""
     if os.environ.get("KVQA_INT8_KERNEL") == "torch":
         return TORCH
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512") or platform.machine() != "x86_64":
+    if not vector_cpu():
         return TORCH
     try:
         return load(build(SOURCE))

@@ -37,6 +37,11 @@ def cpu_signature() -> str:
     return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {flags}"
 
 
+def vector_cpu() -> bool:
+    """Whether this is what kvqa's C kernels are written for: an x86-64 CPU with AVX2 or AVX-512."""
+    return platform.machine() == "x86_64" and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 def build(source: Path, folder: Path | None = None, compiler: str | None = None, flags: tuple[str, ...] = ()) -> Path:
     """The shared library built from `source` for this CPU, with extra compiler `flags` (built now unless already in
     `folder`, default: the cache folder's kernels/). Raises OSError or subprocess.SubprocessError when it cannot be

@@ -57,6 +57,7 @@ def test_attention_is_the_reference_within_rounding(builds, which, dtype, kv, gr
 
 @needs_a_build
 def test_a_score_far_above_the_rest_and_a_window_of_a_larger_buffer(builds):
+    torch.manual_seed(1)  # the same draw on every run: the tolerance is checked on known data
     keys, values = cache(3, 700, 64, torch.float32, start=200, capacity=1000)
     query = torch.randn(1, 3, 3, 64)
     keys[0, 1, 650] = query[0, 1, 2] * 40  # one key that takes nearly all of a query's weight, late in the part
@@ -68,6 +69,7 @@ def test_a_score_far_above_the_rest_and_a_window_of_a_larger_buffer(builds):
 
 @needs_a_build
 def test_the_same_bits_on_any_thread_count(builds):
+    torch.manual_seed(2)
     keys, values = cache(3, 2000, 64, torch.bfloat16)
     query = torch.randn(1, 3, 3, 64)
     threads = torch.get_num_threads()
@@ -108,8 +110,7 @@ def test_what_it_cannot_read_goes_to_sdpa(kernel, monkeypatch):
 
 def test_sdpa_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(native, "default_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(decode_attention.torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
-    monkeypatch.setattr(decode_attention.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(decode_attention, "vector_cpu", lambda: True)  # the build tried on any CPU
     choose_decode_attention.cache_clear()
     try:
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
