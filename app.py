@@ -18,8 +18,8 @@ import gradio as gr
 from kvqa import KvqaError, load_document
 from kvqa.budget import CacheBudget
 from kvqa.config import Config, config_from_env
-from kvqa.documents import SUPPORTED_SUFFIXES
 from kvqa.engines import Engine, make_engine
+from kvqa.errors import BusyError
 from kvqa.messages import CATALOG, LANGUAGES, language_of, say
 from kvqa.presets import offered
 from kvqa.session import Session
@@ -27,7 +27,7 @@ from kvqa.store import store_for
 from kvqa.ui import warn
 from kvqa.ui.answers import chat_messages
 from kvqa.ui.api import Api
-from kvqa.ui.asking import Asking
+from kvqa.ui.asking import Asking, waiting_messages
 from kvqa.ui.evidence import EvidenceViewer
 from kvqa.ui.export import conversation_files
 from kvqa.ui.latency import latency_plot, latency_summary, latency_table
@@ -60,15 +60,17 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
 
     # ---- what the screen shows
 
-    def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> dict:
-        """Everything that shows the session, by component."""
+    def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False, tab=None) -> dict:
+        """Everything that shows the session, by component (tab: the browser tab's questions still waiting, shown
+        in the chat after the conversation)."""
         return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
                 self.ahead_timer: gr.Timer(active=session is not None and session in self.read_ahead_running),
-                self.chat: chat_messages(session, lang),
+                self.chat: chat_messages(session, lang) + waiting_messages(tab, lang),
                 self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
                 self.table: latency_table(session, lang), self.plot: latency_plot(session, lang),
                 self.also_btn: self.also_button(session, lang)} | self.evidence(session, None, lang) | (
-            {self.model_box: self.model_of(session)} if self.model_box is not None and session is not None else {})
+            {self.model_box: self.model_of(session)} if self.model_box is not None and session is not None else {}) | (
+            {self.promise_box: self.promise(session, lang)} if session is not None else {})
 
     def relabel(self, lang: str) -> dict:
         """The page's fixed texts in `lang`, by component."""
@@ -86,12 +88,17 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
     def on_load(self, request: gr.Request = None) -> dict:
         """UI, when the page opens: the language from the browser's Accept-Language header, and the page in it."""
         lang = language_of(request.headers.get("accept-language") if request is not None else None)
-        return {self.lang: lang} | self.on_language(lang, None)
+        return {self.lang: lang} | self.on_language(lang, None, request)
 
-    def on_language(self, lang, session) -> dict:
-        """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far."""
+    def on_language(self, lang, session, request: gr.Request = None) -> dict:
+        """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far. Refused while
+        an answer is written (the switch shows the language in use again)."""
+        tab = self.tabs.of(request)
+        if tab.answering or (session is not None and session.answering):
+            return warn(BusyError("busy.switch_language"), tab.lang, put_back={self.lang: tab.lang})
+        tab.lang = lang
         page = self.relabel(lang)
-        shown = (self.panels(session, lang) | self.part_box(session, lang)
+        shown = (self.panels(session, lang, tab=tab) | self.part_box(session, lang)
                  | {self.promise_box: self.promise(session, lang)})
         for component, value in shown.items():
             if component in page:  # the chat and the part box: a fixed text and what they show
@@ -102,7 +109,11 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
 
     def on_sample(self, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
-        return self.show_read(lambda: load_document(SAMPLE, config=self.config), session, lang, request, progress)
+        return self.show_read(lambda _: load_document(SAMPLE, config=self.config), session, lang, request, progress)
+
+    def on_unload(self, request: gr.Request = None) -> None:
+        """The tab closed: forget what it had in flight (its session expires with its state)."""
+        self.tabs.forget(request)
 
     @staticmethod
     def close_session(session: Session | None) -> None:
@@ -135,8 +146,9 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
                                                        value=self.models[0], elem_id="model")
             with gr.Row():
                 with gr.Column(scale=2):
-                    upload = localized(gr.File, {"label": "ui.upload"}, file_types=list(SUPPORTED_SUFFIXES),
-                                       type="filepath", file_count="multiple", elem_id="upload")
+                    # no file_types: Gradio drops a file of another kind without a word; kvqa says what it reads
+                    upload = localized(gr.File, {"label": "ui.upload"}, type="filepath", file_count="multiple",
+                                       elem_id="upload")
                     pasted = localized(gr.Textbox, {"label": "ui.paste"}, lines=5, max_lines=12, elem_id="paste")
                     with gr.Row():
                         read_btn = localized(gr.Button, {"value": "ui.read_pasted"}, elem_id="read")
@@ -146,7 +158,8 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
                         self.part = localized(gr.Textbox, {"label": "ui.part", "placeholder": "ui.part_placeholder"},
                                               scale=3, elem_id="part")
                         part_btn = localized(gr.Button, {"value": "ui.read_part"}, scale=1, elem_id="read-part")
-                    localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
+                    with localized(gr.Accordion, {"label": "ui.limits_label"}, open=False, elem_id="limits-box"):
+                        localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
                     with localized(gr.Accordion, {"label": "ui.evidence"}, open=True, elem_id="evidence"):
                         self.evidence_pick = localized(gr.Dropdown, {"label": "ui.evidence_pick"}, choices=[],
                                                        elem_id="evidence-pick")
@@ -182,7 +195,7 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
             self.ahead_timer.tick(self.on_tick, [self.state, self.lang], [self.status, self.ahead_timer],
                                   api_visibility="private")
             shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
-                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn,
+                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn, self.promise_box,
                      *([self.model_box] if self.model_box is not None else [])]
             lang = self.lang
             upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
@@ -191,16 +204,22 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
             sample_btn.click(self.on_sample, [self.state, lang], shown + [self.part], api_visibility="private")
             for trigger in (part_btn.click, self.part.submit):
                 trigger(self.on_part, [self.part, self.state, lang], shown + [self.part], api_visibility="private")
+            # a question is taken at once (shown, waiting, while a document or a model loads), then answered in turn:
+            # the answers of every tab share the "answer" slots; Stop withdraws the questions still waiting
+            answering = dict(concurrency_id="answer", api_visibility="private")
             for trigger in (ask_btn.click, self.question.submit):
-                trigger(self.on_ask, [self.question, self.state, baseline_box, remember_box, lang, ready_box],
-                        shown + [self.question], api_visibility="private")
+                trigger(self.on_question, [self.question, self.state, lang], [self.question, self.chat],
+                        concurrency_limit=None, trigger_mode="multiple", api_visibility="private").then(
+                    self.on_answer, [self.state, baseline_box, remember_box, lang, ready_box],
+                    shown + [self.question], **answering)
             self.also_btn.click(self.on_ask_also, [self.state, baseline_box, remember_box, lang, ready_box],
-                                shown + [self.question], api_visibility="private")
+                                shown + [self.question], **answering)
             remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
                                 api_visibility="private")
             new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat, self.also_btn], queue=False,
                           api_visibility="private")
-            stop_btn.click(self.on_stop, [self.state], None, queue=False, api_visibility="private")
+            stop_btn.click(self.on_stop, [self.state, lang], None, concurrency_limit=None, trigger_mode="multiple",
+                           api_visibility="private")  # queued, to show its toasts, but never waits
             export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")
             viewer = [self.evidence_pick, self.evidence_page, self.evidence_text]
             self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang], viewer,
@@ -208,12 +227,14 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
             self.chat.select(self.on_chat_select, [self.state, lang], viewer, api_visibility="private")
             everything = list(dict.fromkeys(shown + [self.part, self.promise_box, *self._fixed]))  # the list once
             demo.load(self.on_load, None, everything + [lang], api_visibility="private")
-            lang.input(self.on_language, [lang, self.state], everything, api_visibility="private")
+            lang.input(self.on_language, [lang, self.state], everything + [lang], api_visibility="private")
+            demo.unload(self.on_unload)
             if len(self.models) > 1:
-                model_box.input(self.on_model, [model_box, self.state, lang], shown + [self.part, self.promise_box],
+                model_box.input(self.on_model, [model_box, self.state, lang], shown + [self.part],
                                 api_visibility="private")  # a person's choice; not when the app shows its own
 
             self.build_api()  # the gradio_client API: each client is its own session
+        self.uploads.own(demo)  # a request reads only what its own client uploaded
         return demo
 
 

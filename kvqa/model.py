@@ -22,7 +22,7 @@ from .int8_kernel import Int8Kernel
 from .llama_step import LlamaStep
 from .llama_step import supports as can_step
 from .messages import Message
-from .offline import SMOLLM2, model_dir, offline_model
+from .offline import SMOLLM2, Stages, model_dir, offline_model
 from .weights import Widening, cache_dtype, choose_weights, choose_widening, quantize, weight_bytes
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -58,15 +58,17 @@ _loaded: dict[tuple, LoadedModel] = {}
 _lock = threading.Lock()
 
 
-def load_model(config: Config = Config()) -> LoadedModel:
-    """The model named by config, loaded on first use and shared by every caller in the process."""
+def load_model(config: Config = Config(), *, progress: Stages | None = None) -> LoadedModel:
+    """The model named by config, loaded on first use and shared by every caller in the process. progress(fraction,
+    stage) as each stage of a load begins (converting an offline model, once; loading; preparing the weights)."""
     device = choose_device(config.device)
     weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device),  # "auto" and its form: one
                              model=config.model, compile=config.compile == "on")
-    key = (config.model, config.device, config.dtype, config.attn_implementation, config.compile, weights)
+    copy = str(config.cache_dir) if offline_model(config.model) else None  # an offline model's copy is its folder's
+    key = (config.model, copy, config.device, config.dtype, config.attn_implementation, config.compile, weights)
     with _lock:
         if key not in _loaded:
-            _loaded[key] = _load(config)
+            _loaded[key] = _load(config, progress=progress or (lambda fraction, stage: None))
         return _loaded[key]
 
 
@@ -114,25 +116,28 @@ def default_model_dir(cache_dir: Path) -> Path:
     return model_dir(SMOLLM2, cache_dir)
 
 
-def model_source(name: str, cache_dir: Path) -> str:
-    """What transformers loads for a model name: an offline model's converted folder, else the name itself."""
+def model_source(name: str, cache_dir: Path, *, progress: Stages | None = None) -> str:
+    """What transformers loads for a model name: an offline model's converted folder (converted first when there is
+    none: progress says its stages), else the name itself."""
     offline = offline_model(name)
-    return str(model_dir(offline, cache_dir)) if offline else name
+    return str(model_dir(offline, cache_dir, progress=progress)) if offline else name
 
 
-def _load(config: Config) -> LoadedModel:
+def _load(config: Config, *, progress: Stages) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.perf_counter()
     device = choose_device(config.device)
     dtype = choose_dtype(config.dtype, device)
     attn = choose_attention(config.attn_implementation, device)
-    source = model_source(config.model, config.cache_dir)
+    source = model_source(config.model, config.cache_dir, progress=progress)
+    progress(0.7, Message("load.weights", name=config.model))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
     except (OSError, ValueError, ImportError) as e:
         raise ModelError(_load_failure(config.model, e)) from None
+    progress(0.9, Message("load.prepare", name=config.model))
     return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
                    compile=config.compile == "on", weights=config.weights)
 

@@ -18,10 +18,14 @@ import os
 import shutil
 import sys
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelError
+from .messages import Message
+
+Stages = Callable[[float, Message], None]  # progress(fraction, stage): how far a model's load is, and what it does
 
 
 @dataclass(frozen=True)
@@ -71,15 +75,16 @@ def installed_models(cache_dir: Path | None) -> list[OfflineModel]:
     return [m for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
 
 
-def model_dir(model: OfflineModel, cache_dir: Path) -> Path:
-    """The model's float32 copy, checked; converted from its package first when there is none (or it is damaged)."""
+def model_dir(model: OfflineModel, cache_dir: Path, *, progress: Stages | None = None) -> Path:
+    """The model's float32 copy, checked; converted from its package first when there is none (or it is damaged).
+    progress(fraction, stage) at each stage of a conversion (kvqa.model.load_model's first 70%)."""
     target = model.folder(cache_dir)
     if (target / "model.safetensors").exists():
         if _intact(target):
             return target
         print(f"kvqa: {target} is damaged (its weights' CRC-32 differs): converting again", file=sys.stderr)
         shutil.rmtree(target, ignore_errors=True)
-    _convert(model, target)
+    _convert(model, target, progress=progress or (lambda fraction, stage: None))
     return target
 
 
@@ -158,8 +163,9 @@ def assemble(model: OfflineModel, work_dir: Path) -> Path:
     return target
 
 
-def _convert(model: OfflineModel, target: Path) -> None:
-    """Load the GGUF with transformers (de-quantising) and write the float32 copy to `target`, atomically."""
+def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
+    """Load the GGUF with transformers (de-quantising) and write the float32 copy to `target`, atomically; each
+    stage said through progress(fraction, stage) as it begins."""
     import torch
     from safetensors.torch import save_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -168,14 +174,18 @@ def _convert(model: OfflineModel, target: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     try:
+        if model.chunks:
+            progress(0.0, Message("load.assemble", name=model.name))
         gguf = gguf_path(model, partial)
         print(f"kvqa: converting {model.name} from {gguf.name} to float32 (once; about a minute)", file=sys.stderr)
+        progress(0.05, Message("load.convert", name=model.name))
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         settings = loaded.config.to_dict()
         settings.pop("quantization_config", None)  # what makes save_pretrained refuse a GGUF-loaded model
         settings.pop("_name_or_path", None)
         settings["architectures"] = [type(loaded).__name__]  # serving engines (transformers serve) need it
+        progress(0.55, Message("load.write", name=model.name))
         AutoConfig.for_model(**settings).save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         save_model(loaded, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights

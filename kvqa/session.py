@@ -83,6 +83,7 @@ class Session(LongDocument):
         self.remember = False  # follow-ups: each question reads the conversation since new_conversation()
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
+        self.answering = False  # a question is being answered now (what Stop ends)
         self._busy = threading.Lock()  # one action at a time per session
         self._wanted = threading.Event()  # a load or a question waits for the part being read ahead (read_ahead)
         self._read_ahead_running = False  # read_ahead holds _busy
@@ -155,12 +156,16 @@ class Session(LongDocument):
     def _ask(self, question, *, baseline, progress, on_rebuild, on_part, part) -> Iterator[str | Answer]:
         with self._exclusive():
             self._stop.clear()
-            evidence = Evidence.of(self.whole, question)  # the question scored once, for its part, quote and sources
-            if self.recompute:
-                result = yield from self._answer_again(question, evidence)
-            else:
-                result = yield from self._answer(question, evidence, baseline=baseline, progress=progress,
-                                                 on_rebuild=on_rebuild, on_part=on_part, part=part)
+            self.answering = True
+            try:
+                evidence = Evidence.of(self.whole, question)  # the question scored once: its part, quote, sources
+                if self.recompute:
+                    result = yield from self._answer_again(question, evidence)
+                else:
+                    result = yield from self._answer(question, evidence, baseline=baseline, progress=progress,
+                                                     on_rebuild=on_rebuild, on_part=on_part, part=part)
+            finally:
+                self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
     def _answer_again(self, question: str, evidence: Evidence) -> Generator[str, None, Answer]:

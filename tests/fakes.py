@@ -36,7 +36,9 @@ class FakeEngine:
         self.chunks = chunks  # progress calls per read
         self.on_chunk = on_chunk  # called before each of them: tests hold a read there, or act mid-read
 
-    def load(self) -> EngineInfo:
+    loaded = True
+
+    def load(self, *, progress=None) -> EngineInfo:
         return self.info
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+import gradio as gr
 import pytest
 from gradio_client import Client
 
@@ -111,13 +112,13 @@ def test_errors_are_warnings_that_leave_the_session_and_the_screen_as_they_were(
         if UI.chat in outputs:  # asking: the chat is put back as it was, the question stays in its box
             assert outputs == {UI.chat: chat, UI.question: outputs[UI.question]} and outputs[UI.question]
         else:  # loading: nothing on screen changes
-            assert outputs == {}
+            assert outputs == gr.skip()
 
 
 def test_asking_before_any_document_is_a_message_not_a_trace():
     with pytest.warns(UserWarning, match="No document is loaded"):
         outputs = drain(UI.on_ask("Hello?", None, False))
-    assert outputs == {}
+    assert outputs == {UI.question: "Hello?"}  # kept in its box; every other output as it was
 
 
 def test_stop_ends_the_answer_and_keeps_the_cache(session):
@@ -305,7 +306,7 @@ def test_errors_and_toasts_in_chinese(session, tmp_path):
     bad = tmp_path / "scan.pdf"
     bad.write_bytes(b"not a pdf at all")
     with pytest.warns(UserWarning, match="scan.pdf 名为 .pdf，却不是 PDF"):
-        assert UI.on_upload(as_upload(bad), session, "zh") == {}
+        assert UI.on_upload(as_upload(bad), session, "zh") == gr.skip()
     with pytest.warns(UserWarning, match="问题是空的"):
         drain(UI.on_ask("   ", session, False, False, "zh"))
     with pytest.warns(UserWarning, match="还没有加载文档"):

@@ -51,6 +51,12 @@ def page(browser):
     context.close()
 
 
+def details(page) -> None:
+    """Open the document panel's details (model, tokens, cache, memory), folded under its first lines."""
+    page.locator("#doc-status details summary").click()
+    page.locator("#doc-status details[open]").wait_for()
+
+
 def ask(page, question: str, answers_before: int, *, done: str = "first token") -> str:
     page.locator("#question textarea").fill(question)
     page.locator("#ask").click()
@@ -67,7 +73,9 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     page.goto(server)
     page.locator("#upload input[type=file]").set_input_files(str(ASSETS / "declaration-of-independence.md"))
     status = page.locator("#doc-status")
-    status.get_by_text("document tokens").wait_for(timeout=120_000)
+    status.get_by_text("ready").wait_for(timeout=120_000)  # at a glance: the document, ready, what to do next
+    assert "Ask a question below" in status.inner_text() and "document tokens" not in status.inner_text()
+    details(page)  # the figures, one click away
     assert "read now:" in status.inner_text() and "tokens/s" in status.inner_text()
 
     first = ask(page, "What rights are unalienable?", 0)
@@ -135,8 +143,10 @@ def test_the_page_in_chinese(server, browser, tmp_path):
         page.locator("#paste textarea").fill(DOC_ZH)
         page.locator("#read").click()
         status = page.locator("#doc-status")
-        status.get_by_text("文档 token 数").wait_for(timeout=120_000)
-        assert "刚刚读取" in status.inner_text() and "pasted text" in status.inner_text()
+        status.get_by_text("已就绪").wait_for(timeout=120_000)
+        assert "请在下方提问" in status.inner_text() and "pasted text" in status.inner_text()
+        details(page)
+        assert "刚刚读取" in status.inner_text() and "文档 token 数" in status.inner_text()
 
         answer = ask(page, "秘密词是什么？", 0, done="首 token")
         assert "token/秒" in answer and "文档中的出处" in answer
@@ -156,7 +166,7 @@ def test_the_page_in_chinese(server, browser, tmp_path):
 
         page.locator("#language").get_by_text("English").click()  # the switch: the same page, in English
         page.locator("#ask").get_by_text("Ask").wait_for(timeout=30_000)
-        page.locator("#doc-status").get_by_text("document tokens").wait_for(timeout=30_000)
+        page.locator("#doc-status").get_by_text("ready").wait_for(timeout=30_000)
         assert "first token" in page.locator('[data-testid="bot"]').first.inner_text()
         assert "Median time to first token over 1" in page.locator("#latency-summary").inner_text()
     finally:
@@ -254,6 +264,7 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
             page.locator("#upload input[type=file]").set_input_files(str(path))
             status = page.locator("#doc-status")
             status.get_by_text("cut into").wait_for(timeout=240_000)
+            details(page)
             assert "read now: pages 1-" in status.inner_text()
             answer = ask(page, "Who is the harbour master of section 15?", 0)
             assert "From pages" in answer

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gradio as gr
 import pytest
 
 import app as app_module
@@ -83,7 +84,7 @@ def test_the_download_button_writes_both_files_and_refuses_an_empty_session(monk
     assert kvqa_app.api_export(session) == session_dict(session)
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)  # the toast is the only output of a refusal
-    assert kvqa_app.on_export(None) == {} and "Nothing to download yet" in warned[0]
+    assert kvqa_app.on_export(None) == gr.skip() and "Nothing to download yet" in warned[0]
 
 
 def test_the_status_tells_a_chinese_reader_when_the_model_reads_english_only():

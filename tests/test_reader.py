@@ -4,6 +4,7 @@ model was named or chosen in the list; the status says which model reads it and 
 
 from __future__ import annotations
 
+import gradio as gr
 import pytest
 
 import app
@@ -75,7 +76,7 @@ def test_the_app_reads_a_chinese_document_with_the_model_that_reads_it_and_says_
 def test_a_model_chosen_in_the_list_or_named_is_kept(converted):
     ui, default, gemma = offline_app(converted)
     session = ui.on_paste(ENGLISH, None)[ui.state]
-    assert ui.on_model("SmolLM2-135M-Instruct", session) == {}  # chosen in the list, though already reading
+    assert ui.on_model("SmolLM2-135M-Instruct", session) == gr.skip()  # chosen in the list, though already reading
     session = ui.on_paste(CHINESE, session)[ui.state]
     try:
         assert session.engine is default  # chosen in the list: the Chinese document stays with it

@@ -358,7 +358,8 @@ def test_a_browser_sees_answers_and_the_servers_cache_figures(remote_app):
             page.locator("#upload input[type=file]").set_input_files(str(ROOT / "assets" /
                                                                          "declaration-of-independence.md"))
             status = page.locator("#doc-status")
-            status.get_by_text("document tokens").wait_for(timeout=120_000)
+            status.get_by_text("ready").wait_for(timeout=120_000)
+            status.locator("details summary").click()
             assert "kept by the serving engine" in status.inner_text()
             assert "serving engine at 127.0.0.1" in page.locator("#promise").inner_text()
             for n, question in enumerate(["What rights are unalienable?", "What do the signers pledge?"]):

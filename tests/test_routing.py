@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 
+import gradio as gr
 import pytest
 
 import app as app_module
@@ -211,7 +212,7 @@ def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
     assert shown[kvqa_app.also_btn]["visible"] is False  # asked there: nothing more to offer
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)
-    assert list(kvqa_app.on_ask_also(session, False)) == [{}] and "No other part matched" in warned[0]
+    assert list(kvqa_app.on_ask_also(session, False)) == [gr.skip()] and "No other part matched" in warned[0]
     list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))
     assert session.also_index is not None
     assert kvqa_app.on_new_conversation(session)[kvqa_app.also_btn]["visible"] is False  # a new conversation

@@ -116,7 +116,7 @@ def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):
         assert str(secret) not in str(e.value), kind
         with pytest.warns(UserWarning, match="was not uploaded to this app"):
             outputs = app.kvqa_app.on_upload(path, None)
-        assert outputs == {}  # no session created, nothing on screen changes
+        assert outputs == gr.skip()  # no session created, nothing on screen changes
     assert reads == []  # nothing was read
 
 
@@ -141,7 +141,7 @@ def test_every_handler_that_takes_a_file_refuses_server_paths(secret, tmp_path, 
                 continue
             with pytest.warns(UserWarning, match="was not uploaded to this app") as warned:  # the page: a toast
                 outputs = call(path)
-            assert outputs == {}, (name, kind)  # no session made, nothing on screen changes
+            assert outputs == gr.skip(), (name, kind)  # no session made, nothing on screen changes
             assert all(str(secret) not in str(w.message) for w in warned), (name, kind)
     assert reads == []  # nothing was read
 
@@ -278,3 +278,37 @@ def test_paths_gradio_lets_through_are_refused_by_kvqa_itself(served_fake, secre
             assert str(folder) not in reply and str(secret) not in reply and "Traceback" not in reply, (kind, reply)
             assert secret.read_text() not in reply, kind
     assert reads == []
+
+
+def test_another_sessions_upload_is_refused_by_its_real_path(served_fake, tmp_path, reads):
+    """A file one browser session uploaded is read for that session only: another session (and an API call) naming
+    its real path in the upload folder is refused with kvqa's words, nothing read. Kills: the ownership check removed
+    (Uploads.file not asking claim), or every upload counted as claimable again."""
+    mine = tmp_path / "private.md"
+    mine.write_text(f"The owner's secret word is zebra{secrets.token_hex(4)}.")
+    with httpx.Client(base_url=served_fake, timeout=60) as http:
+        config = http.get("config").json()
+        upload_id = next(c["id"] for c in config["components"] if c.get("props", {}).get("elem_id") == "upload")
+        upload_event = next(n for n, d in enumerate(config["dependencies"])
+                            if any(t[0] == upload_id for t in d["targets"]))
+
+        def upload_event_as(session_hash: str, path: str) -> str:
+            joined = http.post("gradio_api/queue/join", json={
+                "data": [[file_data(path)], None, "en"], "fn_index": upload_event, "session_hash": session_hash,
+                "event_data": None, "trigger_id": upload_id})
+            assert joined.status_code == 200, joined.text
+            return sse_text(http, "gradio_api/queue/data", session_hash=session_hash)
+
+        with open(mine, "rb") as f:  # as a browser uploads: the bytes, then the upload event naming the path given
+            path = http.post("gradio_api/upload", files=[("files", (mine.name, f))]).json()[0]
+        owner, other = secrets.token_hex(6), secrets.token_hex(6)
+        assert '"success":true' in upload_event_as(owner, path).replace(" ", "")
+        assert len(reads) == 1
+        assert '"success":true' in upload_event_as(owner, path).replace(" ", "")  # its owner may use it again
+        refused = upload_event_as(other, path)
+        assert '"success":false' not in refused.replace(" ", "")  # a warning on the page, no error state
+        assert "was not uploaded to this app" in refused and path not in refused
+        event = http.post("gradio_api/call/prefill", json={"data": [file_data(path), None, None]}).json()
+        reply = sse_text(http, f"gradio_api/call/prefill/{event['event_id']}")
+        assert "event: error" in reply and "was not uploaded to this app" in reply, reply
+    assert len(reads) == 2  # the owner's two reads; nothing for the others

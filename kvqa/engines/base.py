@@ -8,6 +8,7 @@ from typing import Protocol
 
 from ..config import Decoding
 from ..documents import Document
+from ..offline import Stages
 from ..prompt import Prompt
 from ..results import AnswerStream, PrefilledDocument, Question
 
@@ -43,8 +44,13 @@ class Engine(Protocol):
     kind: str
     options: Decoding  # how it decodes and how many passages a question's turn may quote: built once, from its Config
 
-    def load(self) -> EngineInfo:
-        """Get ready now (load the model, check its chat template) and describe the engine."""
+    @property
+    def loaded(self) -> bool:
+        """Whether load() has run (info, count_tokens and the rest would load the model first)."""
+
+    def load(self, *, progress: Stages | None = None) -> EngineInfo:
+        """Get ready now (load the model, check its chat template) and describe the engine; progress(fraction,
+        stage) as each stage of a model's load begins."""
 
     @property
     def info(self) -> EngineInfo: ...

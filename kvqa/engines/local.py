@@ -9,6 +9,7 @@ from ..config import Config
 from ..documents import Document
 from ..generate import guarantee, prefill, stream, stream_without_cache
 from ..model import LoadedModel, load_model
+from ..offline import Stages
 from ..prompt import Prompt, prompt_for
 from ..results import AnswerStream, PrefilledDocument, Question
 from .base import EngineInfo
@@ -32,8 +33,15 @@ class LocalEngine:
             self._lm = load_model(self.config)
         return self._lm
 
-    def load(self) -> EngineInfo:
-        """Load the model now (before serving) and describe the engine."""
+    @property
+    def loaded(self) -> bool:
+        return self._lm is not None
+
+    def load(self, *, progress: Stages | None = None) -> EngineInfo:
+        """Load the model now (before serving), its stages said through progress(fraction, stage), and describe the
+        engine."""
+        if self._lm is None:
+            self._lm = load_model(self.config, progress=progress)
         prompt_for(self.lm.tokenizer).check()
         return self.info
 

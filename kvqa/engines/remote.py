@@ -41,6 +41,7 @@ from ..errors import (
     QuestionError,
 )
 from ..messages import Message
+from ..offline import Stages
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
 from ..results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
 from ..timing import Timings
@@ -70,7 +71,11 @@ class RemoteEngine:
 
     # ---- the engine seam
 
-    def load(self) -> EngineInfo:
+    @property
+    def loaded(self) -> bool:
+        return self._info is not None
+
+    def load(self, *, progress: Stages | None = None) -> EngineInfo:  # noqa: ARG002 (the server loads its own model)
         """Ask the server which models it serves (GET /models): fails at once, in one line, when the URL, the key
         or the model name is wrong."""
         if self._info is not None:

@@ -35,6 +35,7 @@ from ..generate import (
     stream_without_cache,
 )
 from ..model import LoadedModel, load_model
+from ..offline import Stages
 from ..prompt import Prompt, prompt_for
 from ..restore import cache_key, restore
 from ..results import Answer, AnswerStream, PrefilledDocument, Question, close_events
@@ -160,8 +161,12 @@ class ZeroGPUEngine:
         self._stream_on_gpu = spaces.GPU(duration=answer_seconds)(_stream_on_gpu)
         self._answer_without_cache_on_gpu = spaces.GPU(duration=baseline_seconds)(_answer_without_cache_on_gpu)
 
-    def load(self) -> EngineInfo:
-        self.local.load()
+    @property
+    def loaded(self) -> bool:
+        return self.local.loaded
+
+    def load(self, *, progress: Stages | None = None) -> EngineInfo:
+        self.local.load(progress=progress)
         return self.info
 
     @property

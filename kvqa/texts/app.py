@@ -20,6 +20,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "ui.part": ("Part to read (pages of a PDF, characters of a text)", "要读取的部分（PDF 按页，文本按字符）"),
     "ui.part_placeholder": ("e.g. 14-27", "如 14-27"),
     "ui.read_part": ("Read this part", "读取这部分"),
+    "ui.limits_label": ("Limits", "上限"),
     "ui.limits": (
         "Limits: files up to {file_mb:g} MB; the model reads up to its context less {reserve} tokens for question "
         "and answer (a longer document is read in parts); PDFs up to {pages:,} pages; questions up to {question} "
@@ -47,6 +48,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     # ---- the app's panels: status, answers, latency (rendered on the server in the session's language)
     "status.freed": ("**{name}**: cache freed to save memory; it is read again on your next question.",
                      "**{name}**：为节省内存，缓存已释放；你下次提问时会重新读取。"),
+    "status.ready": ("**ready**. Ask a question below; each answer shows its sources and timings.",
+                     "**已就绪**。请在下方提问；每个回答都附有出处和用时。"),
+    "status.ready_parts": ("**ready**: ask a question below. Its other parts are being read in the background.",
+                           "**已就绪**：请在下方提问。其余部分正在后台读取。"),
+    "status.details": ("Details: model, tokens, cache, memory", "详情：模型、token、缓存、内存"),
     "status.pages": (", {pages} pages", "，共 {pages} 页"),
     "status.reused": (" (already loaded: not read again)", "（已加载：不再重读）"),
     "status.model": ("model: {model} on {device} ({dtype}): {reason}",
@@ -169,5 +175,23 @@ TEXTS: dict[str, tuple[str, str]] = {
                         "请先加载文档，再选择要读取的部分。"),
     "model.not_offered": ("{model} is not offered here: choose one of {models}.",
                           "这里不提供 {model}：请从 {models} 中选择。"),
+    "promise.not_loaded": ("{model}: loads with the first document.", "{model}：随第一份文档加载。"),
     "promise.line": ("{model} on {device} ({dtype}). {guarantee}", "{model}，运行于 {device}（{dtype}）。{guarantee}"),
+    # ---- questions asked while a document or a model loads, Stop, and what waits for an answer to end
+    "wait.read": ("{stage}: {percent:.0f}%. Your question will be answered when the document is ready.",
+                  "{stage}：{percent:.0f}%。文档准备好后就回答你的问题。"),
+    "wait.turn": ("Waiting for the answer before it.", "等待前一个回答写完。"),
+    "question.wait_first": ("Questions are still waiting to be answered: ask again once they are, or press Stop.",
+                            "还有问题在等待回答：等它们答完再问，或按“停止”。"),
+    "stop.withdrawn": ("Stopped: {count} waiting question(s) withdrawn.", "已停止：撤回了 {count} 个等待中的问题。"),
+    "stop.nothing": ("Nothing to stop: no answer is being written and no question is waiting.",
+                     "没有可停止的：没有正在写的回答，也没有等待中的问题。"),
+    "stop.reading": ("Stop ends an answer; the document being read is read to the end (load another one to replace "
+                     "it).", "“停止”只结束回答；正在读取的文档会读完（加载另一份文档即可替换它）。"),
+    "busy.switch_language": ("An answer is being written: switch the language when it is done, or press Stop first.",
+                             "正在写回答：写完后再切换语言，或先按“停止”。"),
+    "busy.switch_model": ("An answer is being written: switch the model when it is done, or press Stop first.",
+                          "正在写回答：写完后再切换模型，或先按“停止”。"),
+    "busy.reading": ("A document is being read: wait for it to be ready, then ask for another part or model.",
+                     "正在读取文档：等它准备好后，再选择其他部分或模型。"),
 }

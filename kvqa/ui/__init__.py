@@ -14,7 +14,14 @@ from kvqa.errors import KvqaError
 from kvqa.messages import render
 
 
-def warn(error: KvqaError, lang: str = "en") -> dict:
-    """Show the error's message as a warning and change nothing on screen (gr.Error would mark every output)."""
+def unchanged() -> dict:
+    """What a handler returns (or yields) to leave every one of its outputs as it is. Gradio reads one skip() as a skip
+    of every output; an empty dict it reads as one value, short of the outputs, and marks all of them "Error"."""
+    return gr.skip()
+
+
+def warn(error: KvqaError, lang: str = "en", *, put_back: dict | None = None) -> dict:
+    """Show the error's message as a warning; the outputs in `put_back` are set to what they were before the handler
+    began, every other output is left as it is (gr.Error would mark every output)."""
     gr.Warning(render(error.message, lang))
-    return {}
+    return put_back or unchanged()

@@ -39,7 +39,7 @@ class Api:
         `part`: pages or characters to read, like "14-27"); returns the prefill figures and, when only part of it was
         read, which."""
         try:
-            document = self.document_from(file, text, progress=progress)
+            document = self.document_from(file, text, progress=progress, owner=self.owner(request))
             session, changed = self.read(document, session, request, progress,
                                          part=parse_range(part, document) if part and part.strip() else None)
         except KvqaError as e:

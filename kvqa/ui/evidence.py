@@ -11,6 +11,7 @@ from kvqa.messages import say
 from kvqa.pages import render_page, text_context
 from kvqa.parts import select
 from kvqa.session import Session
+from kvqa.ui import unchanged
 
 
 def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[str, str]]:
@@ -69,9 +70,9 @@ class EvidenceViewer:
         index = selected.index if selected is not None else None
         index = index[0] if isinstance(index, (list, tuple)) else index
         if session is None or not isinstance(index, int):
-            return {}
+            return unchanged()
         turn = index // 2  # a user message, then its answer, per turn of the conversation
         if not 0 <= turn < len(session.conversation()) or not session.conversation()[turn].sources:
-            return {}
+            return unchanged()
         return self.evidence(session, f"{turn}:0", lang)
 

@@ -27,7 +27,8 @@ from kvqa.session import Session
 from kvqa.shared import SharedCaches
 from kvqa.store import store_for
 from kvqa.timing import ReadCosts
-from kvqa.uploads import uploaded_file
+from kvqa.ui.tabs import Tabs
+from kvqa.uploads import Uploads
 
 log = logging.getLogger("kvqa.app")
 
@@ -44,6 +45,8 @@ class Reading:
         self.behind_proxy = behind_proxy
         self._budget = budget
         self._budget_lock = threading.Lock()
+        self.uploads = Uploads()  # what each client uploaded: the only files its requests may read
+        self.tabs = Tabs()  # each browser tab's read in flight and questions waiting
         self.clients = ClientSessions(config.sessions_per_client)  # to bound how many documents one client opens
         self.shared = SharedCaches()  # sessions that load the same document share its cache
         self.read_costs = ReadCosts()  # model -> its latest read's cost here, for the next estimate
@@ -80,17 +83,32 @@ class Reading:
             self._engines[model] = make_engine(config, store=store_for(config))
         return self._engines[model]
 
+    @staticmethod
+    def load_engine(engine, model: str, lang: str, progress) -> None:
+        """Load the engine's model, its stages (converting once, loading, preparing the weights) shown as progress."""
+        if engine.loaded:
+            return
+        progress(0, desc=say("progress.loading_model", lang, model=model))
+        engine.load(progress=lambda fraction, stage: progress(fraction, desc=render(stage, lang)))
+
     def model_of(self, session: Session) -> str:
         """The name in the list of models of the one the session's engine runs."""
         return next((m for m, e in self._engines.items() if e is session.engine), self.models[0])
 
-    def document_from(self, files, text: str | None, lang: str = "en", progress=None):
-        """The document a client sent: uploaded files (nothing else on the server is read) and/or pasted text, as
-        one document. A file that cannot be read is named in a warning and the others are read; if none can, the
-        error says why and nothing changes. progress(fraction, desc=...): how a long read (OCR) goes."""
+    @staticmethod
+    def owner(request: gr.Request | None) -> str | None:
+        """Who sends this request, for the uploads it may read (Gradio's session hash); None: called directly."""
+        return getattr(request, "session_hash", None)
+
+    def document_from(self, files, text: str | None, lang: str = "en", progress=None, *, owner: str | None = None):
+        """The document a client sent: files it uploaded (nothing else on the server is read: kvqa.uploads, `owner`
+        the client) and/or pasted text, as one document. A file that cannot be read is named in a warning and the
+        others are read; if none can, the error says why and nothing changes. progress(fraction, desc=...): how a
+        long read (OCR) goes."""
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
         said = (lambda f, message: progress(f, desc=render(message, lang))) if progress else None
-        documents, problems = load_documents([uploaded_file(f) for f in files], config=self.config, progress=said)
+        paths = [self.uploads.file(f, owner) for f in files]
+        documents, problems = load_documents(paths, config=self.config, progress=said)
         if text and text.strip():
             if len(text) > self.config.max_file_bytes:
                 raise KvqaError("paste.too_long", chars=len(text), limit=self.config.max_file_bytes)
@@ -102,8 +120,7 @@ class Reading:
             gr.Warning(render(note, lang))
         return document
 
-    @staticmethod
-    def pdf_of(files, text: str | None) -> bytes | None:
+    def pdf_of(self, files, text: str | None, *, owner: str | None = None) -> bytes | None:
         """The bytes of the one uploaded PDF that is the whole document (no other file, nothing pasted), or of an
         uploaded image as a one-page PDF, else None."""
         files = [files] if isinstance(files, (str, os.PathLike)) else list(files or [])
@@ -111,7 +128,7 @@ class Reading:
         if (text and text.strip()) or suffix not in PDF_SUFFIXES + IMAGE_SUFFIXES:
             return None
         try:
-            data = uploaded_file(files[0]).read_bytes()
+            data = self.uploads.file(files[0], owner).read_bytes()
             return data if suffix in PDF_SUFFIXES else image_pdf(data)
         except (KvqaError, OSError, ValueError):
             return None
@@ -121,6 +138,8 @@ class Reading:
         read something here, about how long the read will take; the read's rate then feeds the next estimate. When
         the document's language calls for another model (kvqa.presets.reader_for) and none was chosen in the list,
         a new session on that model reads it; the old one is closed only once the read succeeded."""
+        if session is None:  # the first model loads with the first document: its stages shown (a conversion once)
+            self.load_engine(self.engine, self.config.model, lang, progress)
         session = self.new_session(session, request)
         reader = self.reader_session(session, document, request, lang, progress)
         if reader is not session:
@@ -161,8 +180,7 @@ class Reading:
         engine = self.engine_for(model)
         if engine is session.engine:
             return session
-        progress(0, desc=say("progress.loading_model", lang, model=model))
-        engine.load()
+        self.load_engine(engine, model, lang, progress)
         fresh = self.new_session(None, request, engine=engine)
         if reader and model == reader[0]:
             self.model_reasons[fresh] = reader[1]

@@ -38,15 +38,18 @@ class StatusPanel:
         memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
         parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
         model = say("status.model", lang, model=info.model, device=info.device, dtype=info.precision, reason=reason)
-        return (
-            f"**{session.document.name}**{pages}{note}\n\n{part}"
-            f"- {model}\n"
-            f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
-            f"- {render(cache_origin(session), lang)}{rate}\n"
-            f"{parts}"
-            f"- {cache}\n"
-            f"- {memory}"
-        )
+        details = (f"- {model}\n"
+                   f"- {say('status.tokens', lang, tokens=doc.tokens)}\n"
+                   f"- {render(cache_origin(session), lang)}{rate}\n"
+                   f"{parts}"
+                   f"- {cache}\n"
+                   f"- {memory}")
+        # at a glance: the document, that it is ready (or which parts are still read) and what to do next; the
+        # figures one click away
+        ready = say("status.ready_parts" if session in self.read_ahead_running else "status.ready", lang)
+        return (f"**{session.document.name}**{pages}{note}: {ready}\n\n{part}"
+                f"<details class='kvqa-details'><summary>{say('status.details', lang)}</summary>\n\n"
+                f"{details}\n\n</details>")
 
     def parts_line(self, session: Session, lang: str = "en") -> str:
         """For a document cut into parts: how many are ready, and whether the others are being read."""
@@ -57,7 +60,10 @@ class StatusPanel:
 
     def promise(self, session: Session | None = None, lang: str = "en") -> str:
         """What the answers are promised to be, for this engine's precision."""
-        info = (session.engine if session is not None else self.engine).info
+        engine = session.engine if session is not None else self.engine
+        if not engine.loaded:  # said without loading the model: it loads with the first document
+            return f"<sub>{say('promise.not_loaded', lang, model=self.config.model)}</sub>"
+        info = engine.info
         line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.precision,
                    guarantee=info.guarantee)
         return f"<sub>{line}</sub>"
