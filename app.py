@@ -109,6 +109,7 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
 
     def on_sample(self, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: load the sample document (a file of the app's own, never a path from the client)."""
+        self.tabs.of(request).begin()
         return self.show_read(lambda _: load_document(SAMPLE, config=self.config), session, lang, request, progress)
 
     def on_unload(self, request: gr.Request = None) -> None:
@@ -198,12 +199,18 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
                      self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn, self.promise_box,
                      *([self.model_box] if self.model_box is not None else [])]
             lang = self.lang
-            upload.upload(self.on_upload, [upload, self.state, lang], shown + [self.part], api_visibility="private")
-            read_btn.click(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
-                           api_visibility="private")
-            sample_btn.click(self.on_sample, [self.state, lang], shown + [self.part], api_visibility="private")
+            # each read is announced at once (questions asked before it begins wait for it too), then read in turn
+            announce = dict(fn=self.on_read_asked, inputs=None, outputs=None, concurrency_limit=None,
+                            api_visibility="private")
+            upload.upload(**announce).then(self.on_upload, [upload, self.state, lang], shown + [self.part],
+                                           api_visibility="private")
+            read_btn.click(**announce).then(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
+                                            api_visibility="private")
+            sample_btn.click(**announce).then(self.on_sample, [self.state, lang], shown + [self.part],
+                                              api_visibility="private")
             for trigger in (part_btn.click, self.part.submit):
-                trigger(self.on_part, [self.part, self.state, lang], shown + [self.part], api_visibility="private")
+                trigger(**announce).then(self.on_part, [self.part, self.state, lang], shown + [self.part],
+                                         api_visibility="private")
             # a question is taken at once (shown, waiting, while a document or a model loads), then answered in turn:
             # the answers of every tab share the "answer" slots; Stop withdraws the questions still waiting
             answering = dict(concurrency_id="answer", api_visibility="private")
@@ -230,8 +237,8 @@ class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
             lang.input(self.on_language, [lang, self.state], everything + [lang], api_visibility="private")
             demo.unload(self.on_unload)
             if len(self.models) > 1:
-                model_box.input(self.on_model, [model_box, self.state, lang], shown + [self.part],
-                                api_visibility="private")  # a person's choice; not when the app shows its own
+                model_box.input(**announce).then(self.on_model, [model_box, self.state, lang], shown + [self.part],
+                                                 api_visibility="private")  # a person's choice, not the app's
 
             self.build_api()  # the gradio_client API: each client is its own session
         self.uploads.own(demo)  # a request reads only what its own client uploaded

@@ -1,4 +1,4 @@
-"""How well kvqa reads scans (issue 36): character error rate and seconds per page of kvqa's OCR on pages rendered
+"""How well kvqa reads scans: character error rate and seconds per page of kvqa's OCR on pages rendered
 from public text, English and Chinese, in a few fonts and sizes, with a little noise and rotation.
 
 The text (both CC BY-SA 4.0), given as file paths:

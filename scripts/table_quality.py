@@ -1,4 +1,4 @@
-"""How often a question about one cell of a table finds the cell's row first (issue 36).
+"""How often a question about one cell of a table finds the cell's row first.
 
 Documents are built from public tables (Open Data Commons PDDL CSVs of the "datasets" GitHub organisation: country
 codes, population, GDP) with paragraphs of prose around each (XQuAD's English and Chinese contexts, CC BY-SA 4.0), in

@@ -222,7 +222,9 @@ def test_the_page_opens_in_the_browsers_language():
 
     zh = UI.on_load(SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"}))
     assert zh[UI.lang] == "zh" and zh[UI.status] == "还没有加载文档。"
-    assert zh[UI.table]["headers"][1] == "问题" and "运行于" in zh[UI.promise_box]
+    assert zh[UI.table]["headers"][1] == "问题"
+    promise = zh[UI.promise_box]  # said without loading the model when it has not loaded yet
+    assert ("运行于" in promise) is UI.engine.loaded and ("随第一份文档加载" in promise) is not UI.engine.loaded
     labels = {update.get("label") or update.get("value") or update.get("placeholder") for update in
               (zh[c] for c in UI._fixed)}
     assert {"提问", "停止", "问与答", "新对话", "加载示例"} <= labels
@@ -239,22 +241,27 @@ def test_every_fixed_text_is_shown_through_i18n_in_both_languages():
     assert "768" in texts["zh"]["ui.limits"] and "个 token" in texts["zh"]["ui.limits"]  # filled in for this app
 
 
-def test_the_upload_box_offers_exactly_the_files_kvqa_reads():
-    """The upload box's file types are kvqa.documents' list, not a copy of it (issue 35: the page offered .pdf, .txt
-    and .md while .markdown and .text were read too)."""
+def test_the_upload_box_takes_any_file_and_kvqa_names_the_kinds_it_reads(tmp_path):
+    """The upload box sets no file types: with them, Gradio's page drops a file of another kind without a word. kvqa
+    refuses it itself, in a warning naming every kind it reads (kvqa.documents' list, not a copy of it)."""
     from fakes import FakeEngine
     from kvqa.budget import CacheBudget
     from kvqa.config import Config
     from kvqa.documents import SUPPORTED_SUFFIXES
 
-    page = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30)).build()
+    ui = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
+    page = ui.build()
     upload = next(block for block in page.blocks.values() if getattr(block, "elem_id", None) == "upload")
-    assert sorted(upload.file_types) == sorted(SUPPORTED_SUFFIXES)
-    assert {".pdf", ".txt", ".md", ".markdown", ".text"} <= set(upload.file_types)
+    assert upload.file_types is None
+    odd = tmp_path / "notes.xyz"
+    odd.write_text("A kind of file kvqa does not read.")
+    with pytest.warns(UserWarning, match="kvqa cannot read '.xyz' files") as warned:
+        assert ui.on_upload(as_upload(odd), None) == gr.skip()
+    assert all(suffix in str(warned[0].message) for suffix in SUPPORTED_SUFFIXES)
 
 
 def test_the_readme_the_cli_and_the_refusal_name_the_same_kinds(capsys, tmp_path):
-    """Issue 36: the README, `kvqa ask --help` and the message for a file of another kind list kvqa.documents' one
+    """One list of kinds, said the same everywhere: the README, `kvqa ask --help` and the message for a file of another kind list kvqa.documents' one
     list of kinds, all of it."""
     from pathlib import Path
 

@@ -118,3 +118,12 @@ def test_generation_imports_no_engine():
             seen.add(nxt)
             todo.append(nxt)
     assert "kvqa.model" in seen and not {m for m in seen if m == "kvqa.engines" or m.startswith("kvqa.engines.")}
+
+
+def test_no_issue_numbers_in_the_code_the_tests_or_the_docs():
+    """Why a line is there is said in words: an issue number means nothing to a reader without the tracker."""
+    number = re.compile(r"issues? ?#?[0-9]+", re.IGNORECASE)
+    files = [ROOT / "README.md", ROOT / "app.py", *PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"),
+             *(ROOT / "scripts").glob("*.py"), *(ROOT / "docs").glob("*.md")]
+    assert [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files
+            for m in number.finditer(p.read_text(encoding="utf-8"))] == []

@@ -77,6 +77,7 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     assert "Ask a question below" in status.inner_text() and "document tokens" not in status.inner_text()
     details(page)  # the figures, one click away
     assert "read now:" in status.inner_text() and "tokens/s" in status.inner_text()
+    page.locator("#doc-status details summary").click()  # folded again: the screenshot shows the panel at a glance
 
     first = ask(page, "What rights are unalienable?", 0)
     second = ask(page, "What do the signers pledge to each other?", 1)
@@ -147,6 +148,7 @@ def test_the_page_in_chinese(server, browser, tmp_path):
         assert "请在下方提问" in status.inner_text() and "pasted text" in status.inner_text()
         details(page)
         assert "刚刚读取" in status.inner_text() and "文档 token 数" in status.inner_text()
+        page.locator("#doc-status details summary").click()
 
         answer = ask(page, "秘密词是什么？", 0, done="首 token")
         assert "token/秒" in answer and "文档中的出处" in answer

@@ -1,4 +1,4 @@
-"""The documents people have, through every door (issue 36): a fact on a scanned page, in a table's cell and on a
+"""The documents people have, through every door: a fact on a scanned page, in a table's cell and on a
 slide is answered with its source on the right page (slide) through the app, the API and `kvqa ask`; the scan's
 source is highlighted on its page image in the evidence viewer. The fake engine stands in for the model (the
 sources come from the document's text, above the engine); OCR is real."""

@@ -1,4 +1,4 @@
-"""Scans and images read by OCR (issue 36): English and Chinese pages rendered in the test (no downloaded file), each
+"""Scans and images read by OCR: English and Chinese pages rendered in the test (no downloaded file), each
 page keeping its number, progress said per page, a page with nothing on it named, the limits said before OCR starts,
 and a source highlighted on its scanned page."""
 

@@ -253,7 +253,7 @@ def served_fake():
 
 
 def test_paths_gradio_lets_through_are_refused_by_kvqa_itself(served_fake, secret, reads):
-    """Issue 38: over raw HTTP, paths Gradio 6.31 hands on to the handler (inside its upload folder by name: the folder
+    """The check kvqa keeps itself, beside Gradio's: over raw HTTP, paths Gradio 6.31 hands on to the handler (inside its upload folder by name: the folder
     itself, a folder in it, a URL-encoded `..`) meet kvqa's own check, which refuses them without reading
     and without naming a path; the forms Gradio refuses first (URL-encoded, `file=` routes, `file://`, `~`, NUL) are
     refused too. Kills: kvqa's path check removed (`uploaded_file` returning the path as given: the replies would then

@@ -1,4 +1,4 @@
-"""Tables kept (issue 36): a PDF's ruled table read as a Markdown table in its place, one line per row; passages that
+"""Tables kept: a PDF's ruled table read as a Markdown table in its place, one line per row; passages that
 never cut a row and hold one row each, found by its table's header words; the evidence viewer showing a table as a
 table, its cells escaped."""
 

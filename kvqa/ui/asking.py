@@ -5,6 +5,8 @@ still waiting)."""
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
 from kvqa.errors import KvqaError, QuestionError
@@ -15,6 +17,7 @@ from kvqa.ui.answers import chat_messages
 from kvqa.ui.tabs import Tab, Waiting
 
 WAIT_TICK_S = 0.5  # how often a question waiting for a read shows how far the read is
+ANNOUNCE_S = 0.5  # how long a question with no document waits for a read asked for at the same moment
 
 
 def waiting_messages(tab: Tab | None, lang: str = "en", *, taken: bool = False) -> list[dict]:
@@ -25,7 +28,7 @@ def waiting_messages(tab: Tab | None, lang: str = "en", *, taken: bool = False) 
     read, messages = tab.read, []
     for waiting in tab.queued(taken=taken):
         note = (say("wait.read", lang, stage=read.stage or say("progress.reading", lang), percent=read.fraction * 100)
-                if read is not None else say("wait.turn", lang))
+                if read is not None else say("wait.read_asked", lang) if tab.expected else say("wait.turn", lang))
         messages += [{"role": "user", "content": waiting.question},
                      {"role": "assistant", "content": f"<sub>⏳ {note}</sub>"}]
     return messages
@@ -40,8 +43,12 @@ class Asking:
         tab = self.tabs.of(request)
         if not (question or "").strip():
             return warn(QuestionError("question.empty"), lang)
-        if (session is None or session.document is None) and tab.read is None:
-            return warn(QuestionError("question.no_document"), lang)
+        if session is None or session.document is None:
+            deadline = time.monotonic() + ANNOUNCE_S
+            while not tab.coming and time.monotonic() < deadline:  # a read asked for the same moment, not yet seen
+                time.sleep(0.05)
+            if not tab.coming:
+                return warn(QuestionError("question.no_document"), lang)
         tab.ask(question)
         return {self.question: "", self.chat: chat_messages(session, lang) + waiting_messages(tab, lang)}
 
@@ -67,12 +74,16 @@ class Asking:
     def wait_for_read(self, tab: Tab, waiting: Waiting, session, lang: str):
         """While the tab's document (or model) is read: show how far it is, under the waiting question; the session
         to answer from afterwards (the one read, else the one before)."""
-        shown = None
-        while (read := tab.read) is not None and not waiting.withdrawn:
-            now = (read.stage, round(read.fraction, 2))
+        shown = ()  # what the chat shows of the read: (stage, fraction), None while it is only asked for
+        while tab.coming and not waiting.withdrawn:
+            read = tab.read
+            now = (read.stage, round(read.fraction, 2)) if read is not None else None
             if now != shown:
                 shown = now
                 yield {self.chat: chat_messages(session, lang) + waiting_messages(tab, lang, taken=True)}
+            if read is None:
+                time.sleep(WAIT_TICK_S / 5)  # asked for, not begun: another tab's read goes first
+                continue
             read.done.wait(WAIT_TICK_S)
             if read.done.is_set() and read.session is not None:
                 session = read.session

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import threading
 
 from kvqa.messages import Message, render, say
 from kvqa.parts import unit_name, unit_total
@@ -70,6 +71,9 @@ def parts_read(session: Session, lang: str = "en") -> str:
     return " " + say("latency.parts", lang, count=len(session.parts), reads="; ".join(reads))
 
 
+_PLOTTING = threading.Lock()  # pyplot's figures and matplotlib's font settings are global: one handler draws at a time
+
+
 def latency_plot(session: Session | None, lang: str = "en"):
     import matplotlib
 
@@ -83,6 +87,13 @@ def latency_plot(session: Session | None, lang: str = "en"):
         matplotlib.rcParams["font.family"] = ["DejaVu Sans", font]
     elif lang == "zh":
         lang = "en"  # without a Chinese font the labels would be empty boxes
+    with _PLOTTING:
+        return _plot(plt, session, lang)
+
+
+def _plot(plt, session: Session, lang: str):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     fig, ax = plt.subplots(figsize=(8, 3.2))
     labels = [say("plot.cache", lang)] + [say("plot.question", lang, n=n) for n in range(1, len(session.turns) + 1)]
     ax.bar(labels[:1], [max(session.ready_s, 1e-3)], color="#9ca3af",  # log scale: a shared cache took ~0 s
@@ -93,6 +104,10 @@ def latency_plot(session: Session | None, lang: str = "en"):
     if any(baseline):
         ax.scatter(labels[1:], baseline, color="#dc2626", marker="_", s=400, label=say("plot.baseline", lang))
     ax.set_yscale("log")
+    # plain figures on the log axis: its default labels ($10^{-1}$) go through mathtext, whose parser is shared and
+    # breaks when two handlers draw at once (Gradio draws the figure again when it sends it)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel(say("plot.seconds", lang))
     ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()

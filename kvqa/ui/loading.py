@@ -17,6 +17,11 @@ class Loading:
     """Part of KvqaApp (a Reading): the handlers that read a document, for its components part and promise_box (and
     its panels)."""
 
+    def on_read_asked(self, request: gr.Request = None) -> None:
+        """UI, at once when a read is asked for (before its handler begins, maybe after another tab's read): the
+        questions asked meanwhile wait for it instead of finding no document."""
+        self.tabs.of(request).expect()
+
     def show_read(self, get_document, session, lang, request, progress, *, pdf=lambda: None, part=None) -> dict:
         """Read the document get_document(progress) gives (or its part) and show it; `pdf()`: the file's bytes when
         the document is one PDF, kept for the evidence viewer. One read at a time per tab."""
@@ -39,6 +44,7 @@ class Loading:
 
     def on_upload(self, file, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read an uploaded file once; show its figures."""
+        self.tabs.of(request).begin()
         owner = self.owner(request)
         return self.show_read(lambda p: self.document_from(file, None, lang, p, owner=owner), session, lang, request,
                               progress, pdf=lambda: self.pdf_of(file, None, owner=owner))
@@ -46,12 +52,14 @@ class Loading:
     def on_paste(self, text, session, files=None, lang="en", request: gr.Request = None,
                  progress=gr.Progress()) -> dict:
         """UI: read pasted text once (with the uploaded files, if any, as one document)."""
+        self.tabs.of(request).begin()
         owner = self.owner(request)
         return self.show_read(lambda p: self.document_from(files, text, lang, p, owner=owner), session, lang, request,
                               progress, pdf=lambda: self.pdf_of(files, text, owner=owner))
 
     def on_part(self, text, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
         """UI: read another part of the loaded document (pages of a PDF, characters of a text)."""
+        self.tabs.of(request).begin()
         if session is None or session.whole is None:
             return warn(KvqaError("part.load_first"), lang)
         try:
@@ -65,6 +73,7 @@ class Loading:
         """UI: switch model; the document's text is kept and read again by the new model. Refused while an answer is
         written or a document read (the list shows the model in use again)."""
         tab = self.tabs.of(request)
+        tab.begin()
         put_back = {self.model_box: self.model_of(session)} if session is not None else {}
         if tab.answering or (session is not None and session.answering):
             return warn(BusyError("busy.switch_model"), lang, put_back=put_back)

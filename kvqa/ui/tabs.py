@@ -49,6 +49,22 @@ class Tab:
         self.taken: Waiting | None = None  # the question an answer handler took and waits or writes for
         self.answering = False  # an answer is being written into the chat now
         self.lang = "en"  # the language the page is shown in
+        self.expected = 0  # reads asked for whose handler has not begun (another tab's read goes first)
+
+    def expect(self) -> None:
+        """A read was asked for: questions asked now wait for it."""
+        with self._lock:
+            self.expected += 1
+
+    def begin(self) -> None:
+        """A read's handler begins (it reads, or refuses): no longer only expected."""
+        with self._lock:
+            self.expected = max(0, self.expected - 1)
+
+    @property
+    def coming(self) -> bool:
+        """A read is in flight or asked for: a question asked now waits for it."""
+        return self.read is not None or self.expected > 0
 
     @contextmanager
     def reading(self, progress: Callable[..., None]) -> Iterator[Read]:
