@@ -83,7 +83,7 @@ def test_a_converted_copy_is_checked_and_a_damaged_one_converted_again(tmp_path,
     weights.write_bytes(b"weights" * 1000)
     (folder / offline.RECORD).write_text(json.dumps({"converted_from": "x"}))  # made before kvqa recorded a CRC
     converted = []
-    monkeypatch.setattr(offline, "_convert", lambda m, target: converted.append(target))
+    monkeypatch.setattr(offline, "_convert", lambda m, target, progress: converted.append(target))
     assert offline.model_dir(model, tmp_path) == folder and not converted  # trusted once, its CRC recorded now
     assert "crc32" in json.loads((folder / offline.RECORD).read_text())
     assert offline.model_dir(model, tmp_path) == folder and not converted  # the CRC matches

@@ -180,6 +180,8 @@ TEXTS: dict[str, tuple[str, str]] = {
     # ---- questions asked while a document or a model loads, Stop, and what waits for an answer to end
     "wait.read": ("{stage}: {percent:.0f}%. Your question will be answered when the document is ready.",
                   "{stage}：{percent:.0f}%。文档准备好后就回答你的问题。"),
+    "wait.read_asked": ("The document will be read once the model is free (it is reading another); your question "
+                        "will be answered then.", "模型正在读取另一份文档，空闲后就读你的文档，并回答你的问题。"),
     "wait.turn": ("Waiting for the answer before it.", "等待前一个回答写完。"),
     "question.wait_first": ("Questions are still waiting to be answered: ask again once they are, or press Stop.",
                             "还有问题在等待回答：等它们答完再问，或按“停止”。"),
