@@ -259,7 +259,7 @@ class Ranking:
 
 
 def rank(text: str, question: str) -> Ranking:
-    """The question scored against the text's passages: the one BM25 scoring of a question (kvqa.evidence)."""
+    """The question scored against the text's passages: the one BM25 scoring of a question (kvqa.ask's Evidence)."""
     index = _index(text)
     return Ranking(text, question, tuple(index.spans), _scores(index, question), index, tuple(range(len(index.spans))))
 

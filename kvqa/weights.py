@@ -190,11 +190,6 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     return model
 
 
-def weights_form(model: torch.nn.Module) -> str:
-    """fp32 or int8: the form quantize() left the model in."""
-    return getattr(model.config, "kvqa_weights", "fp32")
-
-
 def cache_dtype(model: torch.nn.Module) -> torch.dtype:
     """The dtype the model's cache holds keys and values in: the widening's for int8 weights, else the model's."""
     name = getattr(model.config, "kvqa_cache_dtype", None)
