@@ -53,7 +53,7 @@ def _ask(args: argparse.Namespace) -> int:
     from .export import answer_notes, part_dict, range_read, session_dict, summary_table
     from .messages import Message
     from .parts import asked_range
-    from .presets import language_note, reader_for
+    from .presets import language_note, reading_model
     from .session import Session
     from .store import store_for
 
@@ -64,8 +64,7 @@ def _ask(args: argparse.Namespace) -> int:
     document = read_paths(args.doc, config=config, stdin=sys.stdin.buffer,
                           progress=lambda f, message: say(f"\r{message}", end=""))
     part = asked_range(document, pages=args.pages, chars=args.chars)
-    reader = None if config.engine_url else reader_for(config.model, config.model_reason, document.text,
-                                                       cache_dir=config.cache_dir)
+    reader = reading_model(config, document.text)
     if reader:  # the model that reads the document's language (--model still chooses)
         config = replace(config, model=reader[0], model_reason=reader[1])
         print(f"kvqa: reading with {reader[0]}: {reader[1]} (--model chooses another)", file=sys.stderr)

@@ -121,6 +121,15 @@ def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[st
     return better.name, Message("reason.reads_chinese", model=current.name)
 
 
+def reading_model(config, text: str) -> tuple[str, Message] | None:
+    """The one rule the app, its API and the CLI follow: the model (and why) that reads a document with these
+    settings (a kvqa.config.Config), when it is not config.model. A serving engine (config.engine_url) serves the
+    model it loaded, so nothing is switched there; else reader_for() decides. None: keep config.model."""
+    if config.engine_url:
+        return None
+    return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir)
+
+
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:
     """The presets whose weights and one 8k-token cache take at most `share` of `memory_bytes`, smallest first."""
     return [p for p in PRESETS if p.memory_bytes(dtype_bytes) <= share * memory_bytes]

@@ -4,6 +4,7 @@ model was named or chosen in the list; the status says which model reads it and 
 
 from __future__ import annotations
 
+import dataclasses
 import gradio as gr
 import pytest
 
@@ -11,7 +12,7 @@ import app
 import kvqa
 from fakes import FakeEngine
 from kvqa.messages import Message, render
-from kvqa.presets import reader_for
+from kvqa.presets import reader_for, reading_model
 
 CHINESE = "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。合作社有社员一百二十户，主要种植绿茶和白茶。" * 8
 ENGLISH = "The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. " * 8
@@ -36,6 +37,14 @@ def test_a_chinese_document_goes_to_the_model_that_reads_chinese(converted):
     assert reader_for("Qwen/Qwen2.5-0.5B-Instruct", default, CHINESE, cache_dir=converted) is None  # not offline
     for named in ("reason.env", "reason.command_line", "reason.app"):  # a person named the model: kept
         assert reader_for("SmolLM2-135M-Instruct", Message(named), CHINESE, cache_dir=converted) is None
+
+
+def test_one_rule_for_the_app_and_the_cli_and_none_for_a_serving_engine(converted):
+    """reading_model() is what the app, its API and the CLI ask; a serving engine serves the model it loaded."""
+    config = kvqa.Config(model="SmolLM2-135M-Instruct", model_reason=Message("reason.default"), cache_dir=converted)
+    assert reading_model(config, CHINESE)[0] == "gemma-3-270m"
+    assert reading_model(config, ENGLISH) is None
+    assert reading_model(dataclasses.replace(config, engine_url="http://127.0.0.1:1/v1"), CHINESE) is None
 
 
 def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ from kvqa.limits import ClientSessions, client_of
 from kvqa.messages import Message, render, say
 from kvqa.ocr import image_pdf
 from kvqa.parts import planned_parts, select
-from kvqa.presets import reader_for
+from kvqa.presets import reading_model
 from kvqa.session import Session
 from kvqa.shared import SharedCaches
 from kvqa.store import store_for
@@ -175,7 +175,7 @@ class Reading:
         language (loaded first), unless the model was chosen in the list or named when kvqa started."""
         if session in self.picked:
             return session
-        reader = reader_for(self.config.model, self.config.model_reason, document.text, cache_dir=self.config.cache_dir)
+        reader = reading_model(self.config, document.text)
         model = reader[0] if reader and reader[0] in self.models else self.config.model
         engine = self.engine_for(model)
         if engine is session.engine:
