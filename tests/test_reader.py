@@ -5,6 +5,7 @@ model was named or chosen in the list; the status says which model reads it and 
 from __future__ import annotations
 
 import dataclasses
+
 import gradio as gr
 import pytest
 
