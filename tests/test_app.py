@@ -261,8 +261,8 @@ def test_the_upload_box_takes_any_file_and_kvqa_names_the_kinds_it_reads(tmp_pat
 
 
 def test_the_readme_the_cli_and_the_refusal_name_the_same_kinds(capsys, tmp_path):
-    """One list of kinds, said the same everywhere: the README, `kvqa ask --help` and the message for a file of another kind list kvqa.documents' one
-    list of kinds, all of it."""
+    """One list of kinds, said the same everywhere: the README, `kvqa ask --help` and the message for a file of another
+    kind list kvqa.documents' one list of kinds, all of it."""
     from pathlib import Path
 
     import kvqa
