@@ -255,9 +255,9 @@ def served_fake():
 def test_paths_gradio_lets_through_are_refused_by_kvqa_itself(served_fake, secret, reads):
     """The check kvqa keeps itself, beside Gradio's: over raw HTTP, paths Gradio 6.31 hands on to the handler (inside
     its upload folder by name: the folder itself, a folder in it, a URL-encoded `..`) meet kvqa's own check, which
-    refuses them without reading and without naming a path; the forms Gradio refuses first (URL-encoded, `file=` routes, `file://`, `~`, NUL) are
-    refused too. Kills: kvqa's path check removed (`uploaded_file` returning the path as given: the replies would then
-    say "is a folder" or "No such file" with the server's path, and a document would be read)."""
+    refuses them without reading and without naming a path; the forms Gradio refuses first (URL-encoded, `file=` routes,
+    `file://`, `~`, NUL) are refused too. Kills: kvqa's path check removed (`uploaded_file` returning the path as given:
+    the replies would then say "is a folder" or "No such file" with the server's path, and a document would be read)."""
     folder = upload_folder()
     inside = folder / f"kvqa-test-{secrets.token_hex(4)}"
     inside.mkdir(parents=True)

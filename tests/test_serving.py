@@ -134,9 +134,9 @@ def one_document_each(request, monkeypatch):
 
 def test_per_client_limits_hold_through_a_served_app(one_document_each):
     """Per-client limits behind a proxy: several clients by X-Forwarded-For (the proxy appends the address it saw,
-    last), each /prefill call a new session: behind a trusted proxy, a client past its limit is refused and the
-    others are served; served directly, the header is the client's own word and is ignored, so it cannot buy a second document. Kills: the
-    per-client limit removed; X-Forwarded-For ignored behind a proxy; trusted when not behind one."""
+    last), each /prefill call a new session: behind a trusted proxy, a client past its limit is refused and the others
+    are served; served directly, the header is the client's own word and is ignored, so it cannot buy a second document.
+    Kills: the per-client limit removed; X-Forwarded-For ignored behind a proxy; trusted when not behind one."""
     url, behind_proxy = one_document_each
 
     def prefill(forwarded_for: str, n: int) -> str:
