@@ -36,8 +36,8 @@ class Decoding:
 
     temperature: float = _setting(0.0)  # 0 is greedy: exact and repeatable
     seed: int | None = _setting(None)  # for sampling (temperature > 0): the same seed gives the same answer
-    repeat_stop: int = _setting(12, least=0)  # end an answer that repeats a span whole over this many tokens
-    #                                           ("repeating"); 0: never
+    repeat_stop: int = _setting(12, least=0)  # end an answer that repeats a span whole over this many tokens,
+    #                                           or says a sentence again with small changes ("repeating"); 0: never
     repetition_penalty: float = _setting(1.0, above=0)  # > 1: the answer's own tokens are made less likely again
     #                                                     (CTRL's rule); 1: off
     draft_tokens: int = _setting(6, least=0)  # greedy answers check this many tokens guessed from the document per

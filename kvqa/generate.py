@@ -27,6 +27,7 @@ from .memory import release_memory
 from .messages import Message
 from .model import LoadedModel
 from .prompt import Prompt, prompt_for
+from .repeats import SentenceRepeats
 from .rerank import quoted
 from .results import Answer, AnswerStream, PrefilledDocument, Question, close_events
 from .timing import Timings, now
@@ -314,8 +315,10 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
     choice after each of them, the guesses it agrees with are kept, and the cache is rolled back past the others.
     Every kept token is the model's argmax, as in plain decoding; only the forwards' shapes change. Sampling never
     drafts. With options.repeat_stop > 0, an answer that repeats a span whole over that many tokens ends
-    ("repeating"). With options.repetition_penalty > 1, each token the answer already holds is made less likely (see
-    penalise), guesses included.
+    ("repeating"), and so does one that says a sentence again with small changes, before that sentence (held back
+    from the stream while it looks like a repeat: kvqa.repeats); its token_ids are then those kept, its timings
+    count all it made. With options.repetition_penalty > 1, each token the answer already holds is made less likely
+    (see penalise), guesses included.
     stop_ids (a completion prompt's line ends, kvqa.prompt.CompletionPrompt): tokens that end the answer as EOS does;
     until the answer holds something other than whitespace they and EOS cannot be chosen (an answer is never empty),
     and leading whitespace is not said."""
@@ -331,6 +334,12 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
     ttft = now(lm.device) - started
     drafter = Drafter(list(context)) if draft > 0 and temperature <= 0 else None  # indexed after the first token
     digits = number_tokens(lm.tokenizer) if options.repeat_stop > 0 else frozenset()
+    repeats = SentenceRepeats() if options.repeat_stop > 0 else None
+
+    def said(tokens: list[int]) -> str:
+        decoded = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        return decoded.lstrip() if stop_ids else decoded
+
     while stop_reason == "length" and len(tokens) < max_new_tokens:
         for token in pending:
             if should_stop is not None and should_stop():
@@ -341,14 +350,16 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
                 tokens.append(token)
                 if drafter is not None:
                     drafter.add(token)
-                if is_looping(tokens, options.repeat_stop, digits=digits):
+                repeated = repeats is not None and repeats.add(said(tokens))  # read every token, looping or not
+                if repeated or is_looping(tokens, options.repeat_stop, digits=digits):
                     stop_reason = "repeating"
             if stop_reason != "length" or len(tokens) == max_new_tokens:
                 break
-        decoded = lm.tokenizer.decode(tokens, skip_special_tokens=True)
+        decoded = said(tokens)
         if stop_ids:
-            decoded = decoded.lstrip()
             blank = not decoded
+        if repeats is not None:
+            decoded = decoded[:repeats.said]  # a sentence that so far says an earlier one again waits
         if not decoded.endswith("\ufffd") and decoded.startswith(text):  # hold back half a UTF-8 character
             piece, text = decoded[len(text):], decoded
             if piece:
@@ -375,9 +386,14 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
             pending = [choose(unsaid(logits, ends) if blank else logits, temperature, generator)]
             single_s, singles = single_s + time.perf_counter() - step_started, singles + 1
     total = now(lm.device) - started
-    final = lm.tokenizer.decode(tokens, skip_special_tokens=True)
-    if stop_ids:
-        final = final.lstrip()
+    final = said(tokens)
+    if repeats is not None and stop_reason != "stopped" and repeats.finish(final):
+        stop_reason = "repeating"
+    if repeats is not None and repeats.end is not None:  # said again with small changes: end before the repeat
+        kept = tokens[:repeats.tokens()]
+        final = final[:repeats.end]
+    else:
+        kept = tokens
     if stop_reason != "eos":  # cut by the limit (or a stop): end at the last whole character, not half of one
         final = final.rstrip("\ufffd")
     if final != text and final.startswith(text):
@@ -385,7 +401,7 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
     timings = Timings(question_tokens=question_tokens, new_tokens=len(tokens), ttft_s=ttft, answer_s=total,
                       decode_steps=steps, drafted_tokens=drafted, rejected_tokens=rejected,
                       single_step_s=single_s / singles if singles else 0.0)
-    yield Answer(question=question, text=final, token_ids=tuple(tokens), timings=timings,
+    yield Answer(question=question, text=final, token_ids=tuple(kept), timings=timings,
                  stop_reason=stop_reason, used_cache=used_cache)
 
 

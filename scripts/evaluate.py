@@ -266,7 +266,7 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
         "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
-        "question_tokens": reply.question_tokens,
+        "question_tokens": reply.question_tokens, "token_ids": list(reply.token_ids),
         "unsupported": None if reply.unsupported is None else list(reply.unsupported),
     }
 
@@ -381,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a public set in SQuAD's JSON layout instead of --questions (repeatable; see --lang)")
     parser.add_argument("--lang", action="append", default=[], help="each --squad file's language: en or zh")
     parser.add_argument("--docs", type=int, default=None, help="only the first N documents of each --squad file")
+    parser.add_argument("--doc", action="append", default=[],
+                        help="only this document of the --squad files (its name, e.g. covidqa-003; repeatable)")
     parser.add_argument("--per-doc", type=int, default=4, help="questions per document of a --squad file")
     parser.add_argument("--min-chars", type=int, default=6000, help="a --squad document's least characters")
     parser.add_argument("--max-chars", type=int, default=28000, help="a --squad document's most characters")
@@ -421,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
             docs, asked = load_squad(path, lang=lang, min_chars=args.zh_min_chars if lang == "zh" else args.min_chars,
                                      max_chars=args.zh_max_chars if lang == "zh" else args.max_chars,
                                      per_doc=args.per_doc, max_gold_words=args.max_gold_words)
-            keep = list(docs)[:args.docs]
+            keep = [name for name in list(docs)[:args.docs] if not args.doc or name in args.doc]
             texts.update({name: docs[name] for name in keep})
             questions += [q for q in asked if q.doc in keep]
     else:
