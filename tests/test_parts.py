@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import gradio as gr
 import pytest
 import torch
 
@@ -249,7 +248,7 @@ def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
         assert "tiny-llama" in shown[ui.promise_box]
         assert switched in ui.clients.of("local")  # opened through new_session: per-client limits count it
         with pytest.warns(UserWarning, match="not offered here"):
-            assert ui.on_model("some/other-model", switched) == gr.skip()
+            assert ui.on_model("some/other-model", switched) == {ui.model_box: ui.model_of(switched)}
     finally:
         switched.close()
 
