@@ -199,7 +199,7 @@ def test_a_models_first_load_shows_its_stages_and_a_question_asked_meanwhile_is_
         with served(kvqa_app.build(), kvqa_app) as server:
             page.goto(server)
             expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
-            assert "SmolLM2-135M-Instruct" in page.locator("#promise").inner_text()  # not loaded with the page
+            page.locator("#promise").get_by_text("SmolLM2-135M-Instruct").wait_for(timeout=60_000)  # not loaded yet
             page.locator("#paste textarea").fill(long_text())
             page.locator("#read").click()
             page.get_by_text(STAGES[lang][0]).first.wait_for(timeout=60_000)  # the read's own progress
