@@ -133,47 +133,45 @@ def long_text() -> str:
     return f"Lighthouse log {uuid.uuid4().hex}.\n\n" + "\n".join(facts)
 
 
-def test_questions_asked_while_the_document_is_read_are_answered_in_turn(server, browser):  # noqa: F811
+@pytest.fixture
+def reading_page(server, browser):  # noqa: F811
+    """An English page whose pasted document (nothing cached for it) is being read."""
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
     page = context.new_page()
-    try:
-        page.goto(server)
-        page.locator("#paste textarea").fill(long_text())
-        page.locator("#read").click()
-        ask(page, "Who painted the lighthouse on island 3?")
-        bot = page.locator('[data-testid="bot"]')
-        bot.first.get_by_text("Your question will be answered when the document is ready").wait_for(timeout=30_000)
-        page.locator("#question textarea").fill("In which year was the lighthouse on island 7 painted?")
-        page.locator("#question textarea").press("Enter")  # a second question, queued behind the first
-        page.locator('[data-testid="user"]').nth(1).wait_for(timeout=30_000)
-        no_errors(page)
-        page.wait_for_function(  # both answered, in the order asked, each with its figures
-            "Array.from(document.querySelectorAll('[data-testid=\"bot\"]')).filter("
-            "b => b.innerText.includes('first token')).length == 2", timeout=240_000)
-        users = page.locator('[data-testid="user"]').all_inner_texts()
-        assert "island 3" in users[0] and "island 7" in users[1]
-        no_errors(page)
-    finally:
-        context.close()
+    page.goto(server)
+    page.locator("#paste textarea").fill(long_text())
+    page.locator("#read").click()
+    yield page
+    context.close()
 
 
-def test_stop_withdraws_a_question_waiting_for_the_read(server, browser):  # noqa: F811
-    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
-    page = context.new_page()
-    try:
-        page.goto(server)
-        page.locator("#paste textarea").fill(long_text())
-        page.locator("#read").click()
-        ask(page, "Who painted the lighthouse on island 4?")
-        page.locator('[data-testid="bot"]').first.get_by_text("will be answered").wait_for(timeout=30_000)
-        page.locator("#stop").click()
-        warned(page, "1 waiting question(s) withdrawn")
-        page.wait_for_function("document.querySelectorAll('[data-testid=\"user\"]').length == 0", timeout=30_000)
-        page.locator("#doc-status").get_by_text("ready").wait_for(timeout=240_000)
-        assert page.locator('[data-testid="user"]').count() == 0  # not answered after the read either
-        no_errors(page)
-    finally:
-        context.close()
+def test_questions_asked_while_the_document_is_read_are_answered_in_turn(reading_page):
+    page = reading_page
+    ask(page, "Who painted the lighthouse on island 3?")
+    bot = page.locator('[data-testid="bot"]')
+    bot.first.get_by_text("Your question will be answered when the document is ready").wait_for(timeout=30_000)
+    page.locator("#question textarea").fill("In which year was the lighthouse on island 7 painted?")
+    page.locator("#question textarea").press("Enter")  # a second question, queued behind the first
+    page.locator('[data-testid="user"]').nth(1).wait_for(timeout=30_000)
+    no_errors(page)
+    page.wait_for_function(  # both answered, in the order asked, each with its figures
+        "Array.from(document.querySelectorAll('[data-testid=\"bot\"]')).filter("
+        "b => b.innerText.includes('first token')).length == 2", timeout=240_000)
+    users = page.locator('[data-testid="user"]').all_inner_texts()
+    assert "island 3" in users[0] and "island 7" in users[1]
+    no_errors(page)
+
+
+def test_stop_withdraws_a_question_waiting_for_the_read(reading_page):
+    page = reading_page
+    ask(page, "Who painted the lighthouse on island 4?")
+    page.locator('[data-testid="bot"]').first.get_by_text("will be answered").wait_for(timeout=30_000)
+    page.locator("#stop").click()
+    warned(page, "1 waiting question(s) withdrawn")
+    page.wait_for_function("document.querySelectorAll('[data-testid=\"user\"]').length == 0", timeout=30_000)
+    page.locator("#doc-status").get_by_text("ready").wait_for(timeout=240_000)
+    assert page.locator('[data-testid="user"]').count() == 0  # not answered after the read either
+    no_errors(page)
 
 
 STAGES = {"en": ("first use here only: converting", "loading the weights"),  # what a model's first load says
