@@ -76,7 +76,9 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     status.get_by_text("ready").wait_for(timeout=120_000)  # at a glance: the document, ready, what to do next
     assert "Ask a question below" in status.inner_text() and "document tokens" not in status.inner_text()
     details(page)  # the figures, one click away
-    assert "read now:" in status.inner_text() and "tokens/s" in status.inner_text()
+    shown = status.inner_text()  # read now, or (after another test read the sample) its cache restored or shared
+    assert "read now:" in shown and "tokens/s" in shown or any(
+        f"{origin}:" in shown for origin in ("restored from disk", "shared with another session")), shown
     page.locator("#doc-status details summary").click()  # folded again: the screenshot shows the panel at a glance
 
     first = ask(page, "What rights are unalienable?", 0)
