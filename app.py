@@ -16,14 +16,14 @@ from pathlib import Path
 import gradio as gr
 
 from kvqa import KvqaError, load_document
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
+from kvqa.cache.store import store_for
 from kvqa.config import Config, config_from_env
 from kvqa.engines import Engine, make_engine
 from kvqa.errors import BusyError
 from kvqa.messages import CATALOG, LANGUAGES, language_of, say
-from kvqa.presets import offered
-from kvqa.session import Session
-from kvqa.store import store_for
+from kvqa.model.presets import offered
+from kvqa.session.session import Session
 from kvqa.ui import warn
 from kvqa.ui.answers import chat_messages
 from kvqa.ui.api import Api

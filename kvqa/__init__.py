@@ -6,16 +6,24 @@ answers; a `Session` holds one user's document, cache and turns; `ask(engine, do
 you loaded yourself.
 """
 
-from .ask import Evidence, answer, answer_without_cache, ask, ask_without_cache, stream, stream_without_cache
-from .config import DEFAULT_MODEL, Config
-from .documents import Document, document_from_text, load_document
-from .engines import Engine, EngineInfo, LocalEngine, make_engine
-from .errors import BusyError, DocumentError, DocumentTooLong, KvqaError, ModelError, OutOfMemory, QuestionError
-from .generate import prefill
-from .model import LoadedModel, load_model
-from .results import Answer, AnswerStream, PrefilledDocument
-from .session import Session
-from .timing import Timings
+from kvqa.config import DEFAULT_MODEL, Config
+from kvqa.documents.reading import Document, document_from_text, load_document
+from kvqa.engines import Engine, EngineInfo, LocalEngine, make_engine
+from kvqa.errors import BusyError, DocumentError, DocumentTooLong, KvqaError, ModelError, OutOfMemory, QuestionError
+from kvqa.generation.generate import prefill
+from kvqa.model.loading import LoadedModel, load_model
+from kvqa.results import Answer, AnswerStream, PrefilledDocument
+from kvqa.session.ask import (
+    Evidence,
+    answer,
+    answer_without_cache,
+    ask,
+    ask_without_cache,
+    stream,
+    stream_without_cache,
+)
+from kvqa.session.session import Session
+from kvqa.timing import Timings
 
 __all__ = [
     "Answer", "AnswerStream", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError", "DocumentTooLong",

@@ -48,14 +48,15 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def _ask(args: argparse.Namespace) -> int:
     """Answer each question through a Session (parts, routing, the store), printing as it goes."""
-    from .documents import read_paths
+    from kvqa.cache.store import store_for
+    from kvqa.documents.parts import asked_range
+    from kvqa.documents.reading import read_paths
+    from kvqa.model.presets import language_note, reading_model
+    from kvqa.session.session import Session
+
     from .engines import make_engine
     from .export import answer_notes, part_dict, range_read, session_dict, summary_table
     from .messages import Message
-    from .parts import asked_range
-    from .presets import language_note, reading_model
-    from .session import Session
-    from .store import store_for
 
     config = config_from(args)
     if any(not q.strip() for q in args.question):  # checked again when answering; here, before anything is read
@@ -151,7 +152,7 @@ def _add_engine_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .documents import TYPES
+    from kvqa.documents.reading import TYPES
 
     parser = argparse.ArgumentParser(prog="python -m kvqa", description="Ask questions about a long document; "
                                      "the document is read by the model once.")

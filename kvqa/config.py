@@ -31,7 +31,7 @@ def _setting(default, *, least: float | None = None, above: float | None = None)
 @dataclass(frozen=True)
 class Decoding:
     """How an answer is decoded and what its turn quotes: Config's first fields, taken whole by the engines and
-    kvqa.generate (Config.decoding, built once per engine). A new setting is a field here (its variable is
+    kvqa.generation.generate (Config.decoding, built once per engine). A new setting is a field here (its variable is
     KVQA_<NAME>) and a line in docs/deploy.md's table."""
 
     temperature: float = _setting(0.0)  # 0 is greedy: exact and repeatable
@@ -48,7 +48,7 @@ class Decoding:
     #                                             turn; 0: none
     quote_chars: int = _setting(200, least=0)  # each quoted passage cut to its sentences that best match the
     #                                            question, at most this many characters (a CJK character counts 2.5:
-    #                                            kvqa.sources.excerpt); 0: whole. Measured: docs/quality.md
+    #                                            kvqa.evidence.sources.excerpt); 0: whole. Measured: docs/quality.md
 
     @property
     def passages(self) -> int:
@@ -57,7 +57,8 @@ class Decoding:
 
 
 PLAIN = Decoding(repeat_stop=0, draft_tokens=0, quote_passages=0)  # greedy, one token a step, the question alone:
-#                                                                    kvqa.generate's default on a model of your own
+#                                                                    kvqa.generation.generate's default on a model of
+# your own
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,10 @@ class Config(Decoding):
     device: str = "auto"  # auto: cuda, then mps, then cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
     attn_implementation: str = "auto"  # auto: flash_attention_2 on cuda when installed, else sdpa
-    weights: str = "auto"  # fp32 or int8 (kvqa.weights); auto: int8 for the default model on a CPU in float32 (the
-    #                        models int8 was measured not to cost answers: kvqa.weights.INT8_KEEPS_ANSWERS), else fp32
+    weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the default model on a CPU in float32
+                           # (the
+    #                        models int8 was measured not to cost answers: kvqa.model.weights.INT8_KEEPS_ANSWERS), else
+    # fp32
     chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve

@@ -10,15 +10,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import bytes_per_token, unsupported_reason
+from kvqa.model.kernels.decode_attention import SDPA, choose_decode_attention
+from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
+from kvqa.model.kernels.native import vector_cpu
+from kvqa.model.kv_cache import bytes_per_token, unsupported_reason
+from kvqa.model.loading import choose_attention, choose_device, choose_dtype
+from kvqa.model.offline import installed, offline_model
+from kvqa.model.weights import choose_weights, choose_widening
+
 from .config import Config
-from .decode_attention import SDPA, choose_decode_attention
 from .errors import ModelError
-from .int8_kernel import TORCH, choose_kernel
-from .model import choose_attention, choose_device, choose_dtype
-from .native import vector_cpu
-from .offline import installed, offline_model
-from .weights import choose_weights, choose_widening
 
 GATED_PREFIXES = ("meta-llama/",)
 
@@ -118,7 +119,7 @@ def diagnose(config: Config, environ) -> list[Check]:
     from .engines import zerogpu_status
 
     checks.append(Check("ZeroGPU", zerogpu_status(environ)))
-    from .ocr import status as ocr_status
+    from kvqa.documents.ocr import status as ocr_status
 
     checks.append(Check("OCR (scans, images)", *ocr_status()))
     return checks
@@ -128,7 +129,7 @@ def _store_check(config: Config) -> Check:
     """The disk tier of caches: its folder, how full it is, and whether kvqa can write there."""
     import os
 
-    from .store import store_for
+    from kvqa.cache.store import store_for
 
     store = store_for(config)
     if store is None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from .documents import Document, Part
+from kvqa.documents.parts import unit_name, unit_total
+from kvqa.documents.reading import Document, Part
+from kvqa.evidence.sources import Source, source_dict
+
 from .messages import Message
-from .parts import unit_name, unit_total
-from .sources import Source, source_dict
 from .timing import Timings
 
 FORMAT = "kvqa-conversation-1"
@@ -31,7 +32,7 @@ def part_dict(part: Part | None, document: Document) -> dict:
 
 
 def parts_list(document: Document, parts: Sequence[tuple[int, int, int]]) -> list[dict]:
-    """A document's parts (kvqa.parts.prefill_parts: first, last, tokens) as JSON, in its unit."""
+    """A document's parts (kvqa.session.parts.prefill_parts: first, last, tokens) as JSON, in its unit."""
     return [{"unit": unit_name(document), "first": a, "last": b, "tokens": tokens} for a, b, tokens in parts]
 
 
@@ -62,7 +63,7 @@ def range_read(read, document) -> dict:
 
 
 def session_dict(session) -> dict:
-    """A Session's document, parts and every question so far, as JSON (kvqa.session.Session)."""
+    """A Session's document, parts and every question so far, as JSON (kvqa.session.session.Session)."""
     info, doc, source = session.engine.info, session.prefilled, session.whole
     return {
         "format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,

@@ -260,7 +260,7 @@ class CompletionPrompt(QuestionTurns):
     question `Passage: ...`, `Question: ...`, `Answer:` (in Chinese 段落：/问题：/回答：), earlier turns of a
     conversation as their Question/Answer lines before it. The prefix ends with a blank line and every suffix starts
     with a label, so the cut lies between two fixed strings; check() proves the tokenizer never merges across it.
-    The answer is the rest of the line: stop_ids end it (kvqa.generate), and it is never empty."""
+    The answer is the rest of the line: stop_ids end it (kvqa.generation.generate), and it is never empty."""
 
     tokenizer: object
     bos: tuple[int, ...]  # the tokenizer's beginning-of-text id, when it has one

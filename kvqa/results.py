@@ -7,18 +7,20 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .documents import Document
+from kvqa.documents.reading import Document
+from kvqa.evidence.sources import Source, excerpt
+
 from .prompt import Prompt
-from .sources import Source, excerpt
 from .timing import Timings
 
 if TYPE_CHECKING:
-    from .cache import KVCache
+    from kvqa.model.kv_cache import KVCache
 
 
 @dataclass(frozen=True)
 class Question:
-    """A question as an engine receives it (kvqa.ask builds it): its text, the earlier turns it follows up on, and the
+    """A question as an engine receives it (kvqa.session.ask builds it): its text, the earlier turns it follows up on,
+    and the
     document's passages that best match it (BM25's, found once per answer), which its turn quotes."""
 
     text: str
@@ -28,8 +30,9 @@ class Question:
 
     def quotes(self, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
         """The first n passages' texts, to quote in the question's turn; with `order` (passage numbers, best first,
-        from a reranker: kvqa.rerank), its first n instead. chars > 0: each cut to its sentences that best match the
-        question, at most that long (kvqa.sources.excerpt)."""
+        from a reranker: kvqa.generation.rerank), its first n instead. chars > 0: each cut to its sentences that best
+        match the
+        question, at most that long (kvqa.evidence.sources.excerpt)."""
         if n <= 0:
             return []
         texts = {i: text for i, text, _ in self.passages}
@@ -49,8 +52,9 @@ class Answer:
     #                  or "stopped" (by the user)
     used_cache: bool
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
-    unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.support)
-    order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.rerank), best first; None:
+    unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.evidence.support)
+    order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.generation.rerank), best
+                                          # first; None:
     #                                       BM25's order. The answer's sources follow it
 
 

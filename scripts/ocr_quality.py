@@ -18,7 +18,8 @@ Each page goes through what a scan goes through in kvqa: a paragraph or two is t
 (wrapped to the page width, justified, 2 cm margins), the page rasterised with pypdfium2 at 150 dpi in grey, turned
 by up to 1 degree either way (white fill), blurred slightly (Gaussian, radius 0.6 px), given Gaussian noise (sigma 8
 of 255), and saved by PIL as an image-only PDF (PIL stores the page as a JPEG); `kvqa.load_document` then reads that
-PDF, rendering it at `kvqa.ocr.SCALE` and OCR'ing it. Everything is seeded (`--seed`): the same pages every run.
+PDF, rendering it at `kvqa.documents.ocr.SCALE` and OCR'ing it. Everything is seeded (`--seed`): the same pages every
+run.
 
 Character error rate (CER): Levenshtein distance between the reference text and what OCR read, over the reference's
 length, after Unicode NFKC on both (full-width and half-width forms, e.g. Chinese commas and brackets, compare equal)
@@ -32,7 +33,7 @@ is skipped and said. Sizes 10, 12 and 14 pt by default. `--tesseract` reads the 
 reads) with Debian's tesseract (`tesseract-ocr`, `tesseract-ocr-chi-sim`) for comparison.
 
 `--rapidocr KEY=VALUE` and `--scale` try other OCR settings (RapidOCR's constructor arguments, e.g.
-det_limit_side_len=960 or text_score=0.3; kvqa.ocr.SCALE) without editing kvqa.
+det_limit_side_len=960 or text_score=0.3; kvqa.documents.ocr.SCALE) without editing kvqa.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class Page:
     text: str = ""  # what kvqa read
     cer: float = 0.0  # whitespace removed
     cer_spaces: float | None = None  # English: whitespace runs kept as one space
-    ocr_seconds: float = 0.0  # kvqa.ocr's own time (OcrPage.seconds)
+    ocr_seconds: float = 0.0  # kvqa.documents.ocr's own time (OcrPage.seconds)
     seconds: float = 0.0  # load_document, end to end
     cpu_seconds: float = 0.0  # load_document's CPU time, all threads (less sensitive to a busy machine)
     tesseract: dict = field(default_factory=dict)  # text, cer, cer_spaces, seconds, cpu_seconds
@@ -239,10 +240,10 @@ def read_kvqa(path: Path) -> tuple[str, float, float, float]:
 
 
 def kvqa_view(path: Path):
-    """The image kvqa's OCR reads for the PDF's first page (rendered at kvqa.ocr.SCALE)."""
+    """The image kvqa's OCR reads for the PDF's first page (rendered at kvqa.documents.ocr.SCALE)."""
     import pypdfium2 as pdfium
 
-    from kvqa import ocr
+    from kvqa.documents import ocr
 
     pdf = pdfium.PdfDocument(str(path))
     try:
@@ -277,8 +278,8 @@ def tesseract_languages() -> set[str]:
 
 
 def configure(scale: float | None, settings: list[str]) -> dict:
-    """Apply --scale and --rapidocr to kvqa.ocr (for trying settings; kvqa's own are the default)."""
-    from kvqa import ocr
+    """Apply --scale and --rapidocr to kvqa.documents.ocr (for trying settings; kvqa's own are the default)."""
+    from kvqa.documents import ocr
 
     if scale is not None:
         ocr.SCALE = scale
@@ -301,7 +302,7 @@ def measure(args) -> dict:
     from fontTools.ttLib import TTFont
     from PIL import Image
 
-    from kvqa import ocr
+    from kvqa.documents import ocr
 
     logging.getLogger("fontTools").setLevel(logging.ERROR)  # "BDF NOT subset" for AR PL UMing's bitmaps
     settings = configure(args.scale, args.rapidocr)
@@ -427,7 +428,7 @@ if __name__ == "__main__":
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--clean", action="store_true", help="no noise, blur or rotation")
     parser.add_argument("--tesseract", action="store_true", help="also read the pages with tesseract")
-    parser.add_argument("--scale", type=float, help="try another kvqa.ocr.SCALE")
+    parser.add_argument("--scale", type=float, help="try another kvqa.documents.ocr.SCALE")
     parser.add_argument("--rapidocr", action="append", default=[], metavar="KEY=VALUE",
                         help="try a RapidOCR setting, e.g. det_limit_side_len=960 (repeatable)")
     parser.add_argument("--worst", type=int, default=2, help="show where OCR went wrong on the N worst pages")

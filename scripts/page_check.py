@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kvqa  # noqa: E402
-from kvqa.pages import render_page  # noqa: E402
-from kvqa.sources import find_sources  # noqa: E402
+from kvqa.documents.pages import render_page  # noqa: E402
+from kvqa.evidence.sources import find_sources  # noqa: E402
 
 FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # Latin and CJK glyphs (fonts-wqy-microhei)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import kvqa  # noqa: E402
-from kvqa.pages import render_page  # noqa: E402
-from kvqa.sources import passages  # noqa: E402
+from kvqa.documents.pages import render_page  # noqa: E402
+from kvqa.evidence.sources import passages  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kvqa.cache.store import KVStore  # noqa: E402
 from kvqa.config import Config  # noqa: E402
-from kvqa.documents import document_from_text  # noqa: E402
+from kvqa.documents.reading import document_from_text  # noqa: E402
 from kvqa.engines.stored import StoredLocalEngine  # noqa: E402
-from kvqa.session import Session  # noqa: E402
-from kvqa.store import KVStore  # noqa: E402
+from kvqa.session.session import Session  # noqa: E402
 from scripts.routing import long_documents  # noqa: E402
 
 

@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvqa.cache import new_cache  # noqa: E402
 from kvqa.config import Config  # noqa: E402
-from kvqa.documents import document_from_text  # noqa: E402
+from kvqa.documents.parts import select  # noqa: E402
+from kvqa.documents.reading import document_from_text  # noqa: E402
 from kvqa.engines.local import LocalEngine  # noqa: E402
-from kvqa.generate import run_chunks  # noqa: E402
-from kvqa.parts import select  # noqa: E402
+from kvqa.generation.generate import run_chunks  # noqa: E402
+from kvqa.model.kv_cache import new_cache  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
-from kvqa.session import Session  # noqa: E402
+from kvqa.session.session import Session  # noqa: E402
 from scripts.routing import long_documents  # noqa: E402
 
 

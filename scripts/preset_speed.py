@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("configs", nargs="+", help="names in kvqa/configs (e.g. qwen2.5-0.5b)")
+    parser.add_argument("configs", nargs="+", help="names in kvqa/model/configs (e.g. qwen2.5-0.5b)")
     parser.add_argument("--tokens", type=int, default=2048, help="the document's length in tokens")
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = kvqa.LocalEngine(config, lm=lm)
         doc = engine.prefill(document)
         question = "What does the document say about word12 and word40?"
-        answers = [kvqa.ask(engine, doc, question).answer for _ in range(2)]
+        answers = [kvqa.session.ask(engine, doc, question).answer for _ in range(2)]
         t = answers[-1].timings
         row = {"config": name, "dtype": str(lm.dtype).removeprefix("torch."), "tokens": doc.tokens,
                "prefill_tokens_per_s": round(doc.tokens_per_s, 1), "ttft_s": round(t.ttft_s, 3),

@@ -2,9 +2,11 @@
 
 Long documents are built from a public set in SQuAD's JSON layout (consecutive articles, each under its title,
 until a document has --min-tokens); each is cut into parts as kvqa cuts it for the model's context
-(kvqa.parts.units/plan with the default model's tokenizer), and every question whose gold answer lies in the
-document is routed with kvqa.parts.route. A question is routed right when the chosen part holds the gold answer's
-position. When another part matches the question too (kvqa.parts.also_matching), the answer names it; how often, and
+(kvqa.documents.parts.units/plan with the default model's tokenizer), and every question whose gold answer lies in the
+document is routed with kvqa.evidence.routing.route. A question is routed right when the chosen part holds the gold
+answer's
+position. When another part matches the question too (kvqa.evidence.routing.also_matching), the answer names it; how
+often, and
 how often the part routed to or the one named holds the answer, is printed too. No model runs: only the tokenizer.
 
     .venv/bin/python scripts/routing.py --squad 200423_covidQA.json --lang en
@@ -22,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kvqa.config import Config  # noqa: E402
-from kvqa.documents import document_from_text  # noqa: E402
-from kvqa.parts import also_matching, best_part, part_scores, passage_shares, plan, span_text, units  # noqa: E402
+from kvqa.documents.parts import plan, span_text, units  # noqa: E402
+from kvqa.documents.reading import document_from_text  # noqa: E402
+from kvqa.evidence.routing import also_matching, best_part, part_scores, passage_shares  # noqa: E402
+from kvqa.evidence.sources import rank  # noqa: E402
 from kvqa.prompt import system_text  # noqa: E402
-from kvqa.sources import rank  # noqa: E402
 
 
 def gold_offset(context: str, gold: str, labelled: int) -> int:
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from kvqa.model import DEFAULT_MODEL
+    from kvqa.model.loading import DEFAULT_MODEL
 
     config = Config()
     folder = args.tokenizer or Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"  # made by `make setup`

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""What the sentence-repeat stop (kvqa.repeats) would have done to answers already made: read evaluate.py --json's
+"""What the sentence-repeat stop (kvqa.generation.repeats) would have done to answers already made: read evaluate.py
+--json's
 rows (their token ids), replay the stop on each answer as the decode loop reads it, and count the answers it ends,
 the gold held before and after the cut, and the right answers it would cut. Greedy answers are the same up to the
 cut, so this is exact for a run made without the stop. Loads the run's tokenizer only, no model.
@@ -25,7 +26,7 @@ from evaluate import gold_in  # noqa: E402
 
 def replay(rows: list[dict], say, **options) -> list[dict]:
     """Each row the stop ends: its cut text, and whether the gold was in the answer before and after."""
-    from kvqa.repeats import sentence_cut
+    from kvqa.generation.repeats import sentence_cut
 
     cut = []
     for row in rows:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     import kvqa
-    from kvqa.model import model_source
+    from kvqa.model.loading import model_source
     from kvqa.prompt import prompt_for
 
     for path in args.runs:

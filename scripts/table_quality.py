@@ -3,9 +3,10 @@
 Documents are built from public tables (Open Data Commons PDDL CSVs of the "datasets" GitHub organisation: country
 codes, population, GDP) with paragraphs of prose around each (XQuAD's English and Chinese contexts, CC BY-SA 4.0), in
 two readings: (a) a PDF with ruled tables (fpdf2), read as kvqa reads a PDF with tables (pypdf's text, and
-kvqa.tables.pdf_tables' text for the pages with a table), and (b) Markdown text (as .docx and .html give). Each cell
+kvqa.documents.tables.pdf_tables' text for the pages with a table), and (b) Markdown text (as .docx and .html give).
+Each cell
 (but the row's key) gets a question templated from its row's key and its column ("What is the capital of France?");
-it counts as found when the question's best passage (kvqa.ask.Evidence.of: what the engine quotes first, and the
+it counts as found when the question's best passage (kvqa.session.ask.Evidence.of: what the engine quotes first, and the
 answer's first source when the answer's words do not reorder them) holds the cell's row whole. For comparison, the PDF
 as pypdf alone reads it (today's reading, no rows to hold): how often the best passage holds the row's key and the
 cell's value. No model runs.
@@ -35,9 +36,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvqa.ask import Evidence  # noqa: E402
-from kvqa.documents import PAGE_BREAK, Document, document_from_text  # noqa: E402
-from kvqa.tables import markdown_table, pdf_tables  # noqa: E402
+from kvqa.documents.reading import PAGE_BREAK, Document, document_from_text  # noqa: E402
+from kvqa.documents.tables import markdown_table, pdf_tables  # noqa: E402
+from kvqa.session.ask import Evidence  # noqa: E402
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei
 
@@ -219,7 +220,8 @@ def pdf_bytes(built: Built) -> bytes:
 
 
 def pdf_document(data: bytes, *, tables: bool) -> tuple[Document, float]:
-    """The PDF as kvqa reads it (kvqa.documents): pypdf's text of each page, or with tables=True pdf_tables' text
+    """The PDF as kvqa reads it (kvqa.documents.reading): pypdf's text of each page, or with tables=True pdf_tables'
+    text
     for the pages that hold a table; and the seconds pdf_tables took. Pages joined as kvqa joins them."""
     import pypdf
 

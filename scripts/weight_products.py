@@ -4,8 +4,9 @@ for the last position's logits), random weights, one process.
 
     .venv/bin/python scripts/weight_products.py [--rows 1,8,16,24,32,80,512]
 
-Forms: float32 `F.linear`; kvqa.weights.Int8Linear on its three paths: the int8 kernel (this machine's choice,
-kvqa.int8_kernel: the decode step's; and torch's `_weight_int8pack_mm`, bfloat16 inputs, beside it), the int8 rows
+Forms: float32 `F.linear`; kvqa.model.weights.Int8Linear on its three paths: the int8 kernel (this machine's choice,
+kvqa.model.kernels.int8_kernel: the decode step's; and torch's `_weight_int8pack_mm`, bfloat16 inputs, beside it), the
+int8 rows
 widened to float32 and to bfloat16 for the product from 2 rows on (choose_widening's two rules for long products; one
 row: the kernel); the int8 rows as a bfloat16 copy held beside them (what widening costs against holding one);
 bfloat16 weights; int4 through `torch.ops.aten._weight_int4pack_mm_for_cpu` (groups of 64, asymmetric), with float32
@@ -25,8 +26,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kvqa.int8_kernel import TORCH, choose_kernel  # noqa: E402
-from kvqa.weights import Int8Linear, Widening, int8_rows  # noqa: E402
+from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel  # noqa: E402
+from kvqa.model.weights import Int8Linear, Widening, int8_rows  # noqa: E402
 
 LAYERS = 30
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # (out, in)

@@ -16,13 +16,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import kvqa
-from kvqa.model import default_model_dir, prepare
+from kvqa.model.loading import default_model_dir, prepare
 
 # Tests never write into the user's cache folder, and most count prefills: the disk tier of caches is off unless a
 # test turns it on in its own folder (tests/test_store.py). Subprocesses (CLI, app) inherit this.
 os.environ["KVQA_STORE_MB"] = "0"
 # The suite proves float32's promises (answers token for token a recompute in one go) on float32 weights, in this
-# process and in the CLI and app it starts; tests/test_weights.py proves int8's, the CPU's default (kvqa.weights).
+# process and in the CLI and app it starts; tests/test_weights.py proves int8's, the CPU's default (kvqa.model.weights).
 os.environ["KVQA_WEIGHTS"] = "fp32"
 
 # `make test` runs the suite in two worker processes (pytest-xdist); each worker's torch (and the CLI and app
@@ -108,8 +108,9 @@ needs_a_build = pytest.mark.skipif(shutil.which("cc") is None or HERE not in ("A
 
 
 def kernel_builds(source: Path, load, folder: Path) -> dict:
-    """A C kernel (kvqa.native) built for this CPU and, where it has AVX-512, its AVX2 build beside it, each loaded."""
-    from kvqa.native import build
+    """A C kernel (kvqa.model.kernels.native) built for this CPU and, where it has AVX-512, its AVX2 build beside it,
+    each loaded."""
+    from kvqa.model.kernels.native import build
 
     kernels = {"native": load(build(source, folder))}
     if HERE == "AVX512":
@@ -206,7 +207,7 @@ def scan_pdf(images) -> bytes:
 
 def as_upload(path: Path) -> str:
     """A copy of the file where Gradio keeps this server's uploads, as an upload through the browser would leave it."""
-    from kvqa.uploads import upload_folder
+    from kvqa.documents.uploads import upload_folder
 
     folder = upload_folder() / f"kvqa-test-{secrets.token_hex(8)}"
     folder.mkdir(parents=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 from kvqa.config import Decoding
-from kvqa.documents import Document
+from kvqa.documents.reading import Document
 from kvqa.engines.base import EngineInfo
 from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message

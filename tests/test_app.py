@@ -243,11 +243,11 @@ def test_every_fixed_text_is_shown_through_i18n_in_both_languages():
 
 def test_the_upload_box_takes_any_file_and_kvqa_names_the_kinds_it_reads(tmp_path):
     """The upload box sets no file types: with them, Gradio's page drops a file of another kind without a word. kvqa
-    refuses it itself, in a warning naming every kind it reads (kvqa.documents' list, not a copy of it)."""
+    refuses it itself, in a warning naming every kind it reads (kvqa.documents.reading' list, not a copy of it)."""
     from fakes import FakeEngine
-    from kvqa.budget import CacheBudget
+    from kvqa.cache.budget import CacheBudget
     from kvqa.config import Config
-    from kvqa.documents import SUPPORTED_SUFFIXES
+    from kvqa.documents.reading import SUPPORTED_SUFFIXES
 
     ui = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
     page = ui.build()
@@ -262,12 +262,12 @@ def test_the_upload_box_takes_any_file_and_kvqa_names_the_kinds_it_reads(tmp_pat
 
 def test_the_readme_the_cli_and_the_refusal_name_the_same_kinds(capsys, tmp_path):
     """One list of kinds, said the same everywhere: the README, `kvqa ask --help` and the message for a file of another
-    kind list kvqa.documents' one list of kinds, all of it."""
+    kind list kvqa.documents.reading' one list of kinds, all of it."""
     from pathlib import Path
 
     import kvqa
     from kvqa.cli import main
-    from kvqa.documents import SUPPORTED_SUFFIXES
+    from kvqa.documents.reading import SUPPORTED_SUFFIXES
 
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     with pytest.raises(SystemExit):

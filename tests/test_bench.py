@@ -22,8 +22,8 @@ from kvqa.bench import (
     target_checks,
     write_plot,
 )
-from kvqa.cache import bytes_per_token
 from kvqa.cli import main
+from kvqa.model.kv_cache import bytes_per_token
 from kvqa.prompt import ChatPrompt
 
 ROOT = Path(__file__).parent.parent
@@ -125,8 +125,8 @@ def test_the_bench_runs_quote_lengths_side_by_side(tiny_lm):
 
 def test_the_seed_row_runs_on_transformers_own_attention(tiny_lm):
     """The bench's outside reference: its answers (compared with kvqa's in every row) come from stock attention."""
-    from kvqa.attention import GROUPED_SDPA
     from kvqa.bench.methods import stock_attention
+    from kvqa.model.attention import GROUPED_SDPA
 
     model = tiny_lm.model
     assert model.config._attn_implementation == GROUPED_SDPA  # kvqa's, on the CPU
@@ -200,7 +200,7 @@ def test_bench_cli_json_with_random_init(tmp_path, default_lm):
 def test_shipped_llama_config_is_llama_3_2_3b():
     from transformers import AutoConfig
 
-    settings = json.loads((ROOT / "kvqa" / "configs" / "llama-3.2-3b.json").read_text())
+    settings = json.loads((ROOT / "kvqa" / "model" / "configs" / "llama-3.2-3b.json").read_text())
     settings = {k: v for k, v in settings.items() if not k.startswith("_") and k != "torch_dtype"}
     c = AutoConfig.for_model(settings.pop("model_type"), **settings)
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,

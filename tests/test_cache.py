@@ -9,7 +9,15 @@ import pytest
 import torch
 from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
 
-from kvqa.cache import KVCache, bytes_per_token, cache_from_tensors, kv_bytes, new_cache, unsupported_reason, windows
+from kvqa.model.kv_cache import (
+    KVCache,
+    bytes_per_token,
+    cache_from_tensors,
+    kv_bytes,
+    new_cache,
+    unsupported_reason,
+    windows,
+)
 
 HEADS, DIM = 2, 4
 

@@ -11,9 +11,9 @@ from starlette.requests import Request
 import app as app_module
 from fakes import FakeEngine
 from kvqa import KvqaError, document_from_text
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.limits import client_of
+from kvqa.session.limits import client_of
 
 
 def request(host: str, forwarded: str | None = None) -> gr.Request:

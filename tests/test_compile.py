@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.cache import new_cache
 from kvqa.config import config_from_env
-from kvqa.generate import decode_one_token, run_chunks
-from kvqa.model import compiled_decode_step
+from kvqa.generation.generate import decode_one_token, run_chunks
+from kvqa.model.kv_cache import new_cache
+from kvqa.model.loading import compiled_decode_step
 
 TEXT = "The secret word is pelican. " + " ".join(f"Item {i} costs {i * 7} euros and weighs {i} kg." for i in range(40))
 QUESTIONS = ["What is the secret word?", "How much does item 12 cost?", "这份文件讲了什么？"]

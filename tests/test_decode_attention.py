@@ -1,4 +1,5 @@
-"""kvqa's decode attention (kvqa/decode_attention.c through kvqa.decode_attention): one token's attention over a cache
+"""kvqa's decode attention (kvqa/model/kernels/decode_attention.c through kvqa.model.kernels.decode_attention): one
+token's attention over a cache
 as a float64 reference computes it, within float32's rounding, for the shapes of the models kvqa knows and others, on
 float32 and bfloat16 caches, windows of a larger buffer included, in its AVX-512 and its AVX2 build; the same bits
 on any thread count; what it cannot read goes to PyTorch's SDPA, as does everything where it cannot be built."""
@@ -12,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HERE, kernel_builds, needs_a_build
-from kvqa import decode_attention, native
-from kvqa.decode_attention import SDPA, SOURCE, attend_one, choose_decode_attention, load
+from kvqa.model.kernels import decode_attention, native
+from kvqa.model.kernels.decode_attention import SDPA, SOURCE, attend_one, choose_decode_attention, load
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_sdpa_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
     choose_decode_attention.cache_clear()
     try:
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-        with caplog.at_level(logging.WARNING, logger="kvqa.decode_attention"):
+        with caplog.at_level(logging.WARNING, logger="kvqa.model.kernels.decode_attention"):
             assert choose_decode_attention() is SDPA
         assert "could not build kvqa's attention" in caplog.text and "no C compiler" in caplog.text
         choose_decode_attention.cache_clear()
@@ -132,8 +133,8 @@ def test_sdpa_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog):
 
 @needs_a_build
 def test_the_kernel_is_what_runs_here_and_is_named_in_a_caches_key(builds, tiny_lm):
-    from kvqa.documents import Document
-    from kvqa.restore import cache_key
+    from kvqa.cache.restore import cache_key
+    from kvqa.documents.reading import Document
 
     name = f"kvqa's {'AVX-512' if HERE == 'AVX512' else 'AVX2'} decode attention"
     assert builds["native"].name == choose_decode_attention().name == name

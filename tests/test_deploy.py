@@ -12,9 +12,9 @@ import torch
 import yaml
 
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
-from kvqa.decode_attention import choose_decode_attention
-from kvqa.int8_kernel import choose_kernel
-from kvqa.weights import choose_weights, choose_widening
+from kvqa.model.kernels.decode_attention import choose_decode_attention
+from kvqa.model.kernels.int8_kernel import choose_kernel
+from kvqa.model.weights import choose_weights, choose_widening
 
 ROOT = Path(__file__).parent.parent
 

@@ -9,7 +9,7 @@ from pypdf import PdfWriter
 
 import kvqa
 from conftest import make_pdf  # noqa: F401 (test_bad_inputs imports it from here too)
-from kvqa.documents import decode_text
+from kvqa.documents.reading import decode_text
 
 
 def write(tmp_path, name: str, data: bytes):
@@ -152,7 +152,7 @@ def test_without_ocr_a_scan_is_refused_with_the_fix_and_doctor_says_so(tmp_path,
     install, `kvqa doctor` names the problem, and text layers still read."""
     import sys
 
-    from kvqa import ocr
+    from kvqa.documents import ocr
 
     monkeypatch.setitem(sys.modules, "rapidocr_onnxruntime", None)  # import fails, as without libGL
     monkeypatch.setattr(ocr, "_engine", None)

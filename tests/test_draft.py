@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.generate import Drafter, penalise
+from kvqa.generation.generate import Drafter, penalise
 
 DOC = ("Pellacott Instruments was founded in 1994 by Ruth Calloway and Tomas Brandt in the town of Wrenford. "
        "Full-time employees receive twenty-seven days of annual leave. The IT helpdesk is on extension 4417. "
@@ -55,7 +55,7 @@ def test_drafted_answers_are_the_plain_answers(lm):
 def test_guesses_half_right_keep_the_right_ones_and_leave_no_trace_of_the_rest(tiny_lm, monkeypatch):
     """Every step's guesses are the plain answer's next two tokens, then wrong ones: the answer is still the plain one
     (it fails when rejected guesses are kept, in the answer or in the cache), and both kinds of guess happened."""
-    import kvqa.generate as generate
+    import kvqa.generation.generate as generate
 
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
     plain = kvqa.answer(tiny_lm, doc, QUESTIONS[0]).token_ids

@@ -9,13 +9,13 @@ import itertools
 import pytest
 
 import kvqa
-import kvqa.generate as generate
-from kvqa.ask import ask, ask_without_cache
-from kvqa.documents import combine, document_from_text
+import kvqa.generation.generate as generate
+from kvqa.documents.reading import combine, document_from_text
+from kvqa.evidence.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
+from kvqa.evidence.support import unsupported
 from kvqa.prompt import question_turn
 from kvqa.results import Question
-from kvqa.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
-from kvqa.support import unsupported
+from kvqa.session.ask import ask, ask_without_cache
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
            "## The bridge\n\nThe new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. "
@@ -221,7 +221,7 @@ def test_the_first_source_is_shown_with_its_sentence_marked_and_the_rest_folded(
     from kvqa.ui.answers import sources_block
 
     found = find_sources(HISTORY, "The engineer Hester Pryce.", "Who designed the Seven Arches Bridge?")
-    sources = [kvqa.sources.Source(**{**s.__dict__, "page": 3}) for s in found]
+    sources = [kvqa.evidence.sources.Source(**{**s.__dict__, "page": 3}) for s in found]
     block = sources_block(sources, lang, ("Farrar",))
     shown, folded = block.split("<details", 1)
     assert heading in shown and "<mark>It was designed by the engineer Hester Pryce" in shown

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.cache import bytes_per_token, new_cache
-from kvqa.generate import run_chunks
+from kvqa.generation.generate import run_chunks
+from kvqa.model.kv_cache import bytes_per_token, new_cache
 
 QUESTIONS = ["What is the secret word?", "When does the museum open?", "这份文件讲了什么？", "Summarise the document."]
 TEXT = (
@@ -117,11 +117,12 @@ def test_chunked_prefill_logits_match_one_forward(tiny_lm, chunk_size):
 @pytest.mark.parametrize("group,new,past", [(3, 2, 1), (3, 7, 100), (3, 64, 300), (1, 5, 40)])
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_new_tokens_after_cached_ones_attend_as_through_the_causal_mask(group, new, past, dtype, tolerance):
-    """kvqa.attention.attend_after_past (no mask: cached keys in one pass, new ones in a causal one, merged) against
+    """kvqa.model.attention.attend_after_past (no mask: cached keys in one pass, new ones in a causal one, merged)
+    against
     SDPA with the mask transformers makes for the same tokens: the same attention, up to rounding."""
     from transformers.masking_utils import sdpa_mask
 
-    from kvqa.attention import attend_after_past
+    from kvqa.model.attention import attend_after_past
 
     torch.manual_seed(0)
     kv_heads, d = 2, 16
@@ -139,7 +140,7 @@ def test_new_tokens_after_cached_ones_attend_as_through_the_causal_mask(group, n
 def test_the_mask_is_left_out_only_where_new_tokens_plainly_follow_cached_ones():
     from transformers.masking_utils import sdpa_mask
 
-    from kvqa.attention import causal_mask
+    from kvqa.model.attention import causal_mask
 
     assert causal_mask(batch_size=1, q_length=4, kv_length=4) is None  # no past: SDPA's causal kernel
     assert causal_mask(batch_size=1, q_length=3, kv_length=10, q_offset=7) is None  # after 7 cached: split
@@ -151,11 +152,11 @@ def test_the_mask_is_left_out_only_where_new_tokens_plainly_follow_cached_ones()
 
 
 def test_later_prefill_chunks_take_the_split_attention(tiny_lm, monkeypatch):
-    import kvqa.attention
+    import kvqa.model.attention
 
     calls = []
-    split = kvqa.attention.attend_after_past
-    monkeypatch.setattr(kvqa.attention, "attend_after_past",
+    split = kvqa.model.attention.attend_after_past
+    monkeypatch.setattr(kvqa.model.attention, "attend_after_past",
                         lambda *args, **kw: calls.append(args[0].shape) or split(*args, **kw))
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=100))
     chunks = -(-doc.tokens // 100)

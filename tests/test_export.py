@@ -11,9 +11,9 @@ import pytest
 
 import app as app_module
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.documents import Document, document_from_text
+from kvqa.documents.reading import Document, document_from_text
 from kvqa.export import from_json, session_dict, to_json, to_markdown
 
 CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document",

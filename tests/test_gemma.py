@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.ask import ask
-from kvqa.generate import line_end_tokens
-from kvqa.offline import GEMMA3, model_dir
-from kvqa.rerank import passage_order
+from kvqa.evidence.sources import candidates, quotes
+from kvqa.generation.generate import line_end_tokens
+from kvqa.generation.rerank import passage_order
+from kvqa.model.offline import GEMMA3, model_dir
 from kvqa.results import Question
-from kvqa.sources import candidates, quotes
+from kvqa.session.ask import ask
 from stock import StockGenerate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,5 @@
-"""kvqa's int8 kernel (kvqa/int8_matmul.c through kvqa.int8_kernel): built for this CPU and cached, its products
+"""kvqa's int8 kernel (kvqa/model/kernels/int8_matmul.c through kvqa.model.kernels.int8_kernel): built for this CPU and
+cached, its products
 those of the int8 rows in float32, each output row its own input row's alone bit for bit (the AVX-512 and the AVX2
 builds), and torch's kernel where it cannot be built, with the reason logged."""
 
@@ -12,11 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from conftest import HERE, kernel_builds, needs_a_build
-from kvqa import int8_kernel, native
 from kvqa.errors import ModelError
-from kvqa.int8_kernel import SOURCE, TORCH, choose_kernel, load
-from kvqa.native import build
-from kvqa.weights import int8_rows, quantize
+from kvqa.model.kernels import int8_kernel, native
+from kvqa.model.kernels.int8_kernel import SOURCE, TORCH, choose_kernel, load
+from kvqa.model.kernels.native import build
+from kvqa.model.weights import int8_rows, quantize
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +88,7 @@ def test_torchs_kernel_where_kvqas_cannot_be_built(monkeypatch, tmp_path, caplog
     choose_kernel.cache_clear()
     try:
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))  # a name that is not on PATH either
-        with caplog.at_level(logging.WARNING, logger="kvqa.int8_kernel"):
+        with caplog.at_level(logging.WARNING, logger="kvqa.model.kernels.int8_kernel"):
             assert choose_kernel() is TORCH
         assert "could not build kvqa's" in caplog.text and "no C compiler" in caplog.text and "CC" in caplog.text
         choose_kernel.cache_clear()

@@ -14,7 +14,7 @@ from pptx import Presentation
 import app as app_module
 from conftest import as_upload, scan_image, scan_pdf
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
 
 pytestmark = pytest.mark.model  # OCR reads the scan (its ONNX models): not in make test-fast

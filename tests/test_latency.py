@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import app as app_module
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.documents import document_from_text
-from kvqa.session import Session, speedup
+from kvqa.documents.reading import document_from_text
+from kvqa.session.session import Session, speedup
 from kvqa.timing import ReadCost
 from kvqa.ui.latency import latency_summary, latency_table
 

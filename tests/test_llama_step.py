@@ -1,4 +1,5 @@
-"""The decode steps written out (kvqa.llama_step, kvqa.gemma_step) compute what the model's own forward computes for
+"""The decode steps written out (kvqa.model.llama_step, kvqa.model.gemma_step) compute what the model's own forward
+computes for
 one token, bit for bit: the same logits and the same keys and values in the cache, step after step, in float32 and
 bfloat16, past a sliding window too. They add no memory, and models they cannot run fall back to the forward."""
 
@@ -10,11 +11,11 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
-from kvqa.cache import new_cache
-from kvqa.generate import decode_one_token, run_chunks
-from kvqa.llama_step import supports
-from kvqa.model import prepare
-from kvqa.weights import weight_bytes
+from kvqa.generation.generate import decode_one_token, run_chunks
+from kvqa.model.kv_cache import new_cache
+from kvqa.model.llama_step import supports
+from kvqa.model.loading import prepare
+from kvqa.model.weights import weight_bytes
 
 TEXT = "The secret word is pelican. " + " ".join(f"Item {i} costs {i * 7} euros." for i in range(60))
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from kvqa.bench.errors import BenchError
-from kvqa.documents import Document, combine, load_document
+from kvqa.documents.parts import parse_range
+from kvqa.documents.reading import Document, combine, load_document
 from kvqa.errors import DocumentError, KvqaError
 from kvqa.messages import CATALOG, Message, language_of, render, say
-from kvqa.parts import parse_range
 
 ROOT = Path(__file__).parent.parent
 SOURCES = sorted(ROOT.glob("kvqa/**/*.py")) + [ROOT / "app.py"]

@@ -7,7 +7,7 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM
 
 import kvqa
-from kvqa.model import choose_device, choose_dtype, prepare
+from kvqa.model.loading import choose_device, choose_dtype, prepare
 
 
 def tiny_mistral(sliding_window):
@@ -21,10 +21,11 @@ def test_chunked_attention_models_are_refused_with_a_reason_and_sliding_window_o
     chunked.config.layer_types, chunked.config.attention_chunk_size = ["chunked_attention", "full_attention"], 8
     with pytest.raises(kvqa.ModelError, match="chunked_attention layers, whose cache kvqa cannot roll back"):
         prepare(chunked, default_lm.tokenizer, name="tiny-chunked", device=torch.device("cpu"))
-    for window in (4096, None):  # Mistral's sliding window (kvqa.cache keeps every position), or none
+    for window in (4096, None):  # Mistral's sliding window (kvqa.model.kv_cache keeps every position), or none
         lm = prepare(tiny_mistral(window), default_lm.tokenizer, name="tiny-mistral", device=torch.device("cpu"))
         assert lm.context_length > 0 and not any(p.requires_grad for p in lm.model.parameters())
-    assert [layer.window for layer in kvqa.cache.new_cache(tiny_mistral(4096).config, 8).layers] == [4096, 4096]
+    layers = kvqa.model.kv_cache.new_cache(tiny_mistral(4096).config, 8).layers
+    assert [layer.window for layer in layers] == [4096, 4096]
 
 
 def test_device_and_dtype_choice_on_a_cpu_machine():

@@ -1,4 +1,5 @@
-"""Word, PowerPoint, HTML and EPUB files read as Markdown-like pages (kvqa.office), each built here in the test; every
+"""Word, PowerPoint, HTML and EPUB files read as Markdown-like pages (kvqa.documents.office), each built here in the
+test; every
 bad file is refused with a message that names it."""
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from docx.oxml import parse_xml
 from docx.oxml.ns import nsdecls, qn
 from pptx.util import Inches
 
+from kvqa.documents.office import read_office
 from kvqa.errors import DocumentError
 from kvqa.messages import render
-from kvqa.office import read_office
 
 read = partial(read_office, max_pages=50, max_expanded_bytes=50 * 2**20)
 

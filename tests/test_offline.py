@@ -1,4 +1,5 @@
-"""The offline models' files (kvqa.offline): a model shipped as chunk packages is assembled and checked, and every way
+"""The offline models' files (kvqa.model.offline): a model shipped as chunk packages is assembled and checked, and
+every way
 that can go wrong (a chunk package missing, a damaged or partial chunk, a damaged converted copy) gets a message naming
 what to reinstall, with nothing half-written left behind. Fake chunk packages on sys.path; no model is loaded."""
 
@@ -10,10 +11,10 @@ import sys
 
 import pytest
 
-from kvqa import offline
 from kvqa.errors import ModelError
 from kvqa.messages import render
-from kvqa.offline import GEMMA3, OfflineModel, assemble, offline_model
+from kvqa.model import offline
+from kvqa.model.offline import GEMMA3, OfflineModel, assemble, offline_model
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"second chunk " * 300, b"the end"]
 

@@ -13,9 +13,9 @@ import app
 import kvqa
 from conftest import as_upload, make_pdf
 from kvqa.cli import main
+from kvqa.documents.parts import parse_range, select, units
 from kvqa.engines import LocalEngine
-from kvqa.parts import parse_range, select, units
-from kvqa.session import Session
+from kvqa.session.session import Session
 
 CONFIG = kvqa.Config(max_question_tokens=160, max_new_tokens=16, chunk_size=256)
 FILLER = "The committee met again and discussed the budget, the roads and the library opening hours at length. "
@@ -224,7 +224,7 @@ def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
     shown = ui.api_prefill(text=text, part="1-200")
     session = shown[ui.state]
     try:
-        assert session.document.part == kvqa.documents.Part("characters", 1, 200, len(text))
+        assert session.document.part == kvqa.documents.reading.Part("characters", 1, 200, len(text))
         assert "Read characters 1-200 of" in shown[ui.api_status]
         with pytest.raises(app.gr.Error, match="like 14-27"):
             ui.api_prefill(text=text, part="first half", session=session)
@@ -254,7 +254,7 @@ def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
 
 
 def test_when_no_file_can_be_read_the_error_names_each():
-    from kvqa.documents import combine
+    from kvqa.documents.reading import combine
 
     with pytest.raises(kvqa.DocumentError, match="^No file could be read. a.pdf: damaged b.txt: binary$"):
         combine([], problems=["a.pdf: damaged", "b.txt: binary"])

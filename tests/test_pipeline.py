@@ -1,4 +1,5 @@
-"""A question's one way (kvqa.ask): its evidence is found once, whichever door it came in by (the app, the API, the
+"""A question's one way (kvqa.session.ask): its evidence is found once, whichever door it came in by (the app, the API,
+the
 CLI), and the server engine drags no torch code in. The fake engine stands in for the model."""
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from dataclasses import fields
 import pytest
 
 import app as app_module
-import kvqa.sources as sources
+import kvqa.evidence.sources as sources
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import ENVIRONMENT, Config, Decoding, config_from_env
-from kvqa.documents import document_from_text
+from kvqa.documents.reading import document_from_text
 from test_architecture import PACKAGE, module_name
 from test_routing import TEXT
 
@@ -24,7 +25,7 @@ QUESTIONS = ["Where are the pelican and the comet?", "What is said about the sou
 
 @pytest.fixture
 def scorings(monkeypatch) -> list[str]:
-    """Every query scored against a BM25 index (kvqa.sources), in order."""
+    """Every query scored against a BM25 index (kvqa.evidence.sources), in order."""
     seen, real = [], sources._scores
 
     def counted(index, query):
@@ -111,11 +112,12 @@ def test_the_server_engine_imports_no_torch_code():
             seen.add(nxt)
             todo.append(nxt)
     assert {"kvqa.results", "kvqa.prompt", "kvqa.engines.base", "kvqa.timing"} <= seen
-    assert "kvqa.generate" not in seen  # the answer's evidence is kvqa.ask's, above the engines
+    assert "kvqa.generation.generate" not in seen  # the answer's evidence is kvqa.session.ask's, above the engines
     heavy = {"torch", "transformers"}
     with_torch = sorted(m for m in seen if heavy & {i.split(".")[0] for i in module_imports(paths[m])})
     assert with_torch == []
-    assert "torch" in module_imports(paths["kvqa.generate"])  # the check sees an import of torch where there is one
+    assert "torch" in module_imports(paths["kvqa.generation.generate"])  # the check sees an import of torch where
+                                                                         # there is one
 
 
 def test_a_decoding_setting_is_one_field():

@@ -1,8 +1,8 @@
-"""Presets: every model the app offers runs through kvqa's engine with its real architecture (kvqa/configs; two
+"""Presets: every model the app offers runs through kvqa's engine with its real architecture (kvqa/model/configs; two
 layers and the test tokenizer's vocabulary, random weights, so it runs in seconds), its kind of chat template (ChatML,
 Qwen2.5's, Qwen3's without thinking, Llama 3's, Gemma 3's) splits exactly, and its cached answers equal transformers'
 own `generate` on a copy of the same model with stock attention. Gemma 3 4B's language model is not a preset
-(kvqa/configs/gemma-3-4b.json says why) but its architecture is tested the same way."""
+(kvqa/model/configs/gemma-3-4b.json says why) but its architecture is tested the same way."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import torch
 
 import kvqa
 from conftest import FIXTURES
-from kvqa.ask import ask
+from kvqa.evidence.sources import candidates, quotes
+from kvqa.generation.rerank import passage_order
 from kvqa.messages import render
-from kvqa.model import prepare
-from kvqa.presets import PRESETS, Preset, fitting, language_note, preset_for
+from kvqa.model.loading import prepare
+from kvqa.model.presets import PRESETS, Preset, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
-from kvqa.rerank import passage_order
 from kvqa.results import Question
-from kvqa.sources import candidates, quotes
+from kvqa.session.ask import ask
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
                       "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711,
@@ -45,7 +45,7 @@ def test_parameters_are_counted_from_the_architecture():
 def test_a_presets_cache_per_token_is_what_a_loaded_model_of_it_holds():
     from transformers import AutoConfig
 
-    from kvqa.cache import bytes_per_token
+    from kvqa.model.kv_cache import bytes_per_token
 
     for preset in PRESETS:
         config = AutoConfig.for_model(**preset.settings)
@@ -125,7 +125,7 @@ def test_qwen3_answers_without_thinking(default_lm):
 
 
 def test_the_dropdown_offers_the_presets_that_fit_on_a_space_only():
-    from kvqa.presets import offered
+    from kvqa.model.presets import offered
 
     assert offered("SmolLM2-135M-Instruct", {}) == ["SmolLM2-135M-Instruct"]  # offline machine: no hub models
     space = offered("HuggingFaceTB/SmolLM2-135M-Instruct", {"SPACE_ID": "a/b"}, memory_bytes=16 * 2**30, cuda=False)

@@ -12,10 +12,10 @@ import pytest
 
 import app as app_module
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.documents import document_from_text
-from kvqa.session import Session
+from kvqa.documents.reading import document_from_text
+from kvqa.session.session import Session
 from test_routing import TEXT, TOPICS
 
 
@@ -160,8 +160,8 @@ def test_the_app_reads_ahead_after_loading_and_the_status_follows(lang):
 
 def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_read_now(tiny_lm, tmp_path):
     import kvqa
+    from kvqa.cache.store import KVStore
     from kvqa.engines.stored import StoredLocalEngine
-    from kvqa.store import KVStore
 
     config = Config(max_new_tokens=8, max_question_tokens=64, chunk_size=256, quote_passages=1)
     engine = StoredLocalEngine(config, lm=tiny_lm, store=KVStore(tmp_path, 512 * 2**20))

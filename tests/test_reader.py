@@ -1,4 +1,4 @@
-"""The model that reads the document's language (kvqa.presets.reader_for): on an offline install, a mostly Chinese
+"""The model that reads the document's language (kvqa.model.presets.reader_for): on an offline install, a mostly Chinese
 document goes from the English-only default to the offline model that reads Chinese, in the app and the API, unless a
 model was named or chosen in the list; the status says which model reads it and why. Fake engines at the seam."""
 
@@ -13,7 +13,7 @@ import app
 import kvqa
 from fakes import FakeEngine
 from kvqa.messages import Message, render
-from kvqa.presets import reader_for, reading_model
+from kvqa.model.presets import reader_for, reading_model
 
 CHINESE = "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。合作社有社员一百二十户，主要种植绿茶和白茶。" * 8
 ENGLISH = "The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. " * 8
@@ -49,7 +49,7 @@ def test_one_rule_for_the_app_and_the_cli_and_none_for_a_serving_engine(converte
 
 
 def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monkeypatch):
-    monkeypatch.setattr("kvqa.offline.installed", lambda model, cache_dir: False)
+    monkeypatch.setattr("kvqa.model.offline.installed", lambda model, cache_dir: False)
     assert reader_for("SmolLM2-135M-Instruct", Message("reason.default"), CHINESE, cache_dir=tmp_path) is None
 
 
@@ -118,9 +118,9 @@ def test_a_failed_read_on_the_other_model_leaves_the_session_as_it_was(converted
 
 
 def test_the_list_offers_the_offline_models_installed_here(converted, monkeypatch):
-    from kvqa.presets import offered
+    from kvqa.model.presets import offered
 
     assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
     assert offered("my/own-model", {}, cache_dir=converted) == ["my/own-model"]  # a model named: only it
-    monkeypatch.setattr("kvqa.offline.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
+    monkeypatch.setattr("kvqa.model.offline.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
     assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct"]

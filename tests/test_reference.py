@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.ask import ask
-from kvqa.model import default_model_dir
+from kvqa.evidence.sources import candidates, quotes
+from kvqa.generation.rerank import passage_order
+from kvqa.model.loading import default_model_dir
 from kvqa.prompt import question_turn, system_text
-from kvqa.rerank import passage_order
 from kvqa.results import Question
-from kvqa.sources import candidates, quotes
+from kvqa.session.ask import ask
 from stock import StockGenerate
 
 NEW_TOKENS = 32

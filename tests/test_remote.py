@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from kvqa import document_from_text
-from kvqa.ask import ask, ask_without_cache
 from kvqa.config import Config, config_from_env
 from kvqa.engines import make_engine, remote_status
 from kvqa.engines.remote import RemoteEngine
@@ -38,9 +37,10 @@ from kvqa.errors import (
     EngineUnreachable,
     KvqaError,
 )
+from kvqa.evidence.sources import quotes
 from kvqa.prompt import question_turn
-from kvqa.session import Session
-from kvqa.sources import quotes
+from kvqa.session.ask import ask, ask_without_cache
+from kvqa.session.session import Session
 
 ROOT = Path(__file__).parent.parent
 MODEL = "SmolLM2-135M-Instruct"  # the name the server is started with (--alias)

@@ -1,5 +1,6 @@
 """The second repeat stop: a sentence or clause said again with small changes ends the answer before it
-(kvqa.repeats), as a scanned page's answer showed, "The function is defined as asn1_create_element, which is a
+(kvqa.generation.repeats), as a scanned page's answer showed, "The function is defined as asn1_create_element, which is
+a
 function that is used to create a new element ..." three times over to the token limit. Text-level rules first, then
 the decode loop on the tiny random Llama with its choices scripted."""
 
@@ -8,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 import kvqa
-import kvqa.generate as generate
-from kvqa.repeats import SentenceRepeats, ngrams, sentence_cut
+import kvqa.generation.generate as generate
+from kvqa.generation.repeats import SentenceRepeats, ngrams, sentence_cut
 
 ASN1 = ("The function is defined as asn1_create_element, which is a function that is used to create a new element. "
         "The function is defined as asn1_create_element, which is the function used to create a new element. "

@@ -1,4 +1,5 @@
-"""The model reorders BM25's best passages for a question (kvqa.rerank): the quote and the first source follow its
+"""The model reorders BM25's best passages for a question (kvqa.generation.rerank): the quote and the first source
+follow its
 order, a batch scores each passage as it would alone, the time it takes counts in the first token, and the cached
 answer still equals a recompute."""
 
@@ -10,11 +11,11 @@ import pytest
 import torch
 
 import kvqa
-import kvqa.rerank as rerank
-from kvqa.ask import ask, ask_without_cache
-from kvqa.documents import document_from_text
+import kvqa.generation.rerank as rerank
+from kvqa.documents.reading import document_from_text
+from kvqa.evidence.sources import candidates, find_sources, quotes
 from kvqa.results import Question
-from kvqa.sources import candidates, find_sources, quotes
+from kvqa.session.ask import ask, ask_without_cache
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
            "## The bridge\n\nThe new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. "

@@ -11,15 +11,16 @@ import pytest
 
 import app as app_module
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.documents import Document, document_from_text
+from kvqa.documents.parts import plan
+from kvqa.documents.reading import Document, document_from_text
 from kvqa.errors import QuestionError
+from kvqa.evidence.routing import also_matching, route
+from kvqa.evidence.sources import rank
 from kvqa.export import session_dict, to_markdown
 from kvqa.messages import render
-from kvqa.parts import also_matching, plan, route
-from kvqa.session import Session
-from kvqa.sources import rank
+from kvqa.session.session import Session
 from kvqa.ui.answers import chat_messages
 from kvqa.ui.latency import latency_summary
 

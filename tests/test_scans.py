@@ -12,11 +12,11 @@ from PIL import Image
 
 import kvqa
 from conftest import CJK_FONT, make_pdf, scan_image, scan_pdf
-from kvqa import ocr
 from kvqa.config import Config
-from kvqa.documents import load_document
-from kvqa.pages import render_page
-from kvqa.sources import find_sources
+from kvqa.documents import ocr
+from kvqa.documents.pages import render_page
+from kvqa.documents.reading import load_document
+from kvqa.evidence.sources import find_sources
 
 pytestmark = pytest.mark.model  # OCR loads its ONNX models (a second) and reads a page in seconds: not test-fast
 

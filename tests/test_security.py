@@ -17,11 +17,11 @@ from gradio_client import Client
 
 import app
 import kvqa
-from kvqa.budget import CacheBudget
-from kvqa.cache import bytes_per_token
+from kvqa.cache.budget import CacheBudget
+from kvqa.documents.uploads import NOT_AN_UPLOAD, upload_folder, uploaded_file
 from kvqa.engines import LocalEngine
-from kvqa.session import Session
-from kvqa.uploads import NOT_AN_UPLOAD, upload_folder, uploaded_file
+from kvqa.model.kv_cache import bytes_per_token
+from kvqa.session.session import Session
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
 from load_test import Server  # noqa: E402
@@ -45,13 +45,13 @@ def secret(tmp_path):
 @pytest.fixture
 def reads(monkeypatch):
     """Every document the app reads, by path (the server runs in this process)."""
-    import kvqa.documents
+    import kvqa.documents.reading
 
     seen = []
-    real = kvqa.documents.load_document
+    real = kvqa.documents.reading.load_document
     spy = lambda path, **kw: seen.append(str(path)) or real(path, **kw)  # noqa: E731
     monkeypatch.setattr(app, "load_document", spy)
-    monkeypatch.setattr(kvqa.documents, "load_document", spy)  # what load_documents() calls for uploads
+    monkeypatch.setattr(kvqa.documents.reading, "load_document", spy)  # what load_documents() calls for uploads
     return seen
 
 
@@ -101,7 +101,7 @@ def test_paths_that_cannot_be_resolved_are_refused_and_the_refusal_logged(caplog
              "a long path outside": "/etc/" + "x" * 400}
     for kind, path in cases.items():
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="kvqa.uploads"), pytest.raises(kvqa.DocumentError) as e:
+        with caplog.at_level(logging.WARNING, logger="kvqa.documents.uploads"), pytest.raises(kvqa.DocumentError) as e:
             uploaded_file(path)
         assert str(e.value) == NOT_AN_UPLOAD, kind
         assert [r.getMessage() for r in caplog.records] == [

@@ -12,11 +12,11 @@ import pytest
 
 import kvqa
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
+from kvqa.cache.shared import SharedCaches
 from kvqa.engines import LocalEngine
 from kvqa.errors import QuestionError
-from kvqa.session import Session, Turn, cache_origin, speedup
-from kvqa.shared import SharedCaches
+from kvqa.session.session import Session, Turn, cache_origin, speedup
 from kvqa.timing import Timings
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=256)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.budget import CacheBudget
-from kvqa.cache import bytes_per_token
+from kvqa.cache.budget import CacheBudget
 from kvqa.engines import LocalEngine
-from kvqa.session import Session
-from kvqa.session_parts import YIELD_WAIT_S
+from kvqa.model.kv_cache import bytes_per_token
+from kvqa.session.parts import YIELD_WAIT_S
+from kvqa.session.session import Session
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
 DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)

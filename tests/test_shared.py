@@ -7,12 +7,12 @@ import threading
 import torch
 
 import kvqa
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
+from kvqa.cache.shared import SharedCaches
+from kvqa.cache.store import KVStore
 from kvqa.engines import LocalEngine, make_engine
 from kvqa.errors import BusyError
-from kvqa.session import Session, cache_origin
-from kvqa.shared import SharedCaches
-from kvqa.store import KVStore
+from kvqa.session.session import Session, cache_origin
 
 CONFIG = kvqa.Config(max_new_tokens=10, max_question_tokens=64)
 DOC = kvqa.document_from_text("The harbour's code word is pelican. The ferry leaves at nine every morning. " * 10)

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.ask import ask
+from kvqa.cache.restore import cache_key
+from kvqa.cache.store import FORMAT, KVStore, weights_fingerprint
 from kvqa.engines.stored import StoredLocalEngine
-from kvqa.restore import cache_key
-from kvqa.store import FORMAT, KVStore, weights_fingerprint
+from kvqa.session.ask import ask
 from test_store_file import header
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
@@ -84,7 +84,7 @@ def test_half_precision_caches_round_trip(default_lm, tmp_path, dtype):
 def test_an_int8_models_bfloat16_cache_round_trips(default_lm, tmp_path):
     """int8 weights with bfloat16's widening hold a bfloat16 cache for a float32 model: restored as it was, and
     answering from it as from the fresh one."""
-    from kvqa.weights import TO_BFLOAT16
+    from kvqa.model.weights import TO_BFLOAT16
     from tests.conftest import tiny_llama
 
     lm = tiny_llama(default_lm.tokenizer, weights="int8", widening=TO_BFLOAT16)
@@ -124,7 +124,7 @@ def test_a_file_for_another_key_under_this_name_is_refused(tiny_lm, tmp_path, ca
     this = engine.store.path(cache_key(tiny_lm, DOC, weights=engine.weights))
     other = engine.store.path(cache_key(tiny_lm, other_doc, weights=engine.weights))
     os.replace(other, this)
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
     assert doc.origin == "prefill" and "made for another text_sha256" in caplog.text
 
@@ -146,10 +146,10 @@ def test_a_corrupted_byte_anywhere_is_detected_and_the_document_read_again(tiny_
     at = int(where * len(data)) if isinstance(where, float) else where % len(data)
     data[at] ^= 0x5A
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
     assert doc.origin == "prefill" and "kvqa store: ignoring" in caplog.text
-    assert len([r for r in caplog.records if r.name == "kvqa.store"]) == 1  # one line
+    assert len([r for r in caplog.records if r.name == "kvqa.cache.store"]) == 1  # one line
     assert_same_cache(fresh, doc)
 
 
@@ -164,7 +164,7 @@ def test_a_damaged_byte_in_any_header_field_is_detected(tiny_lm, tmp_path, caplo
     at = data.index(f'"{field}":"{value}"'.encode(), 8) + len(field) + 4  # the value's first character
     data[at] = ord("7") if data[at] != ord("7") else ord("8")  # still valid JSON, still a plausible value
     path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         doc = engine_with_store(tiny_lm, tmp_path).prefill(DOC)
     assert doc.origin == "prefill" and "kvqa store: ignoring" in caplog.text
     assert_same_cache(fresh, doc)
@@ -182,21 +182,21 @@ def test_a_truncated_file_is_detected(tiny_lm, tmp_path, keep):
 def test_a_foreign_format_version_is_a_miss(tiny_lm, tmp_path, monkeypatch, caplog):
     engine, _ = prefilled_and_stored(tiny_lm, tmp_path)
     key = cache_key(tiny_lm, DOC, weights=engine.weights)
-    import kvqa.store as store
+    import kvqa.cache.store as store
 
     monkeypatch.setattr(store, "FORMAT", FORMAT + 1)  # a newer kvqa wrote it (same file name)
     engine.store.path(key).unlink()
     doc = engine.prefill(DOC)
     engine.store.flush()
     monkeypatch.setattr(store, "FORMAT", FORMAT)
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert engine_with_store(tiny_lm, tmp_path).prefill(DOC).origin == "prefill"
     assert f"format '{FORMAT + 1}'" in caplog.text
     assert doc.origin == "prefill"
 
 
 def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog, monkeypatch):
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         tiny = engine_with_store(tiny_lm, tmp_path / "small", limit_mb=0.001)
         doc = tiny.prefill(DOC)
         tiny.store.flush()
@@ -205,7 +205,7 @@ def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog, mon
     not_a_folder = tmp_path / "a-file"
     not_a_folder.write_text("")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         engine = engine_with_store(tiny_lm, not_a_folder)
         assert engine.prefill(DOC).origin == "prefill"
         engine.store.flush()
@@ -218,10 +218,10 @@ def test_a_store_too_small_or_read_only_only_logs(tiny_lm, tmp_path, caplog, mon
         def refused(*args, **kwargs):
             raise PermissionError(13, "Permission denied")
 
-        monkeypatch.setattr("kvqa.store.os.replace", refused)
+        monkeypatch.setattr("kvqa.cache.store.os.replace", refused)
     try:
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+        with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
             engine = engine_with_store(tiny_lm, folder)
             engine.prefill(DOC)
             engine.store.flush()
@@ -248,7 +248,7 @@ def test_a_full_disk_leaves_no_partial_file(tiny_lm, tmp_path, monkeypatch, capl
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full)
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert not engine.store.write(cache_key(tiny_lm, DOC, weights=engine.weights), doc.ids,
                                       doc.prompt.date_string, doc.cache.tensors())
     monkeypatch.setattr(os, "fsync", real_fsync)
@@ -293,7 +293,7 @@ def test_concurrent_writers_of_one_key_leave_one_whole_file(tiny_lm, tmp_path):
 
 KILLED_WRITER = """
 import os, sys, torch
-from kvqa.store import CacheKey, KVStore
+from kvqa.cache.store import CacheKey, KVStore
 key = CacheKey(model="m", weights="w", dtype="float32", device="cpu", attention="sdpa", text_sha256="t")
 store = KVStore(sys.argv[1], 2**30)
 real_fsync = os.fsync
@@ -306,7 +306,7 @@ store.write(key, [1, 2], "", [(torch.ones(1, 2, 2, 4), torch.ones(1, 2, 2, 4))])
 
 
 def test_a_writer_killed_mid_write_leaves_nothing_that_is_read(tmp_path):
-    from kvqa.store import CacheKey
+    from kvqa.cache.store import CacheKey
 
     run = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], capture_output=True, text=True,
                          timeout=120)
@@ -324,13 +324,13 @@ def test_a_writer_killed_mid_write_leaves_nothing_that_is_read(tmp_path):
 RESTARTED = """
 import json, sys
 import kvqa
-from kvqa.store import KVStore
+from kvqa.cache.store import KVStore
 lm = kvqa.load_model(kvqa.Config())
 engine = kvqa.make_engine(kvqa.Config(max_new_tokens=12, max_question_tokens=64), {}, lm=lm,
                           store=KVStore(sys.argv[1], 2**30))
 doc = engine.prefill(kvqa.document_from_text(sys.argv[2]))
 engine.store.flush()
-print(json.dumps({"source": doc.origin, "answer": kvqa.ask(engine, doc, "What is the code word?").answer.text}))
+print(json.dumps({"source": doc.origin, "answer": kvqa.session.ask(engine, doc, "What is the code word?").answer.text}))
 """
 
 
@@ -356,7 +356,7 @@ def test_a_llama3_date_line_from_another_day_is_restored_with_its_date(tiny_llam
 
 
 def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm, tmp_path, monkeypatch, caplog):
-    import kvqa.restore as restore
+    import kvqa.cache.restore as restore
 
     engine, fresh = prefilled_and_stored(tiny_lm, tmp_path)
 
@@ -364,7 +364,7 @@ def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm,
         raise RuntimeError("shapes do not fit")
 
     monkeypatch.setattr(restore, "cache_from_tensors", broken)
-    with caplog.at_level(logging.WARNING, logger="kvqa.restore"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.restore"):
         doc = engine.prefill(DOC)
     assert doc.origin == "prefill" and "could not restore the cache (RuntimeError" in caplog.text
     assert_same_cache(fresh, doc)
@@ -373,7 +373,7 @@ def test_a_restore_that_fails_after_its_checks_reads_the_document_again(tiny_lm,
 def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
     """Regression: with KVQA_STORE_DIR unset, store_for() must use cache_dir/store (it was handed None and the app
     failed to start with the store on; the tests run with it off)."""
-    from kvqa.store import store_for
+    from kvqa.cache.store import store_for
 
     store = store_for(kvqa.Config(cache_dir=tmp_path))
     assert store is not None and store.folder == tmp_path / "store"
@@ -385,7 +385,7 @@ def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
 def test_a_text_with_a_lone_surrogate_gets_its_own_key():
     """Text extracted from a file can hold a lone surrogate (invalid UTF-8 on its own); its digest is still made, and
     differs from the text without it."""
-    from kvqa.store import text_sha256
+    from kvqa.cache.store import text_sha256
 
     assert text_sha256("notes \ud800") != text_sha256("notes ") == text_sha256("notes ")
 

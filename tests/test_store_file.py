@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from kvqa.store import FORMAT, CacheKey, KVStore, text_sha256
+from kvqa.cache.store import FORMAT, CacheKey, KVStore, text_sha256
 
 KEY = CacheKey(model="m", weights="w" * 32, dtype="float32", device="cpu", attention="sdpa",
                text_sha256=text_sha256("a document"))
@@ -49,9 +49,9 @@ def test_a_file_reads_back_bit_for_bit_with_its_ids_date_and_read_time(tmp_path)
 def miss(store: KVStore, caplog, says: str = "") -> None:
     """The key reads as a miss, with one warning line, and the file is gone."""
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert store.get(KEY) is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "kvqa.store"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "kvqa.cache.store"]
     assert len(lines) == 1 and "ignoring" in lines[0] and says in lines[0], lines
     assert not store.path(KEY).exists()
 
@@ -104,17 +104,17 @@ def test_a_file_made_for_another_key_is_a_miss_that_names_the_field(tmp_path, ca
     other = replace(KEY, **{field: "something else"})
     store.path(other).write_bytes(store.path(KEY).read_bytes())
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert store.get(other) is None
     assert f"made for another {field}" in caplog.text and not store.path(other).exists()
     assert store.get(KEY) is not None  # the file itself was whole
 
 
 def test_a_foreign_format_is_a_miss(tmp_path, caplog, monkeypatch):
-    import kvqa.store
+    import kvqa.cache.store
 
     store, _ = written(tmp_path)
-    monkeypatch.setattr(kvqa.store, "FORMAT", FORMAT + 1)
+    monkeypatch.setattr(kvqa.cache.store, "FORMAT", FORMAT + 1)
     miss(store, caplog, f"this kvqa reads {FORMAT + 1}")
 
 
@@ -137,7 +137,7 @@ def test_a_cache_larger_than_the_limit_is_not_written(tmp_path, caplog):
     store, kv = written(tmp_path / "roomy")
     nbytes = store.path(KEY).stat().st_size
     assert nbytes > sum(k.nbytes + v.nbytes for k, v in kv) + 8 * len(IDS)  # the header is outside the tensors
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "01 Dec 2026", kv)
     assert "larger than the store's limit" in caplog.text and not (tmp_path / "small").exists()
     assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "01 Dec 2026", kv)  # exactly the limit fits
@@ -170,7 +170,7 @@ def test_the_limit_is_said_in_mebibytes(tmp_path, caplog, monkeypatch):
 
     monkeypatch.setattr(safetensors.torch, "save", lambda *a, **k: pytest.fail("serialised a cache over the limit"))
     big = [(torch.zeros(1, 8, 2**14, 4), torch.zeros(1, 8, 2**14, 4)) for _ in range(3)]  # 3 x 4 MiB
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert not KVStore(tmp_path, 2**20).write(KEY, range(2**14), "d", big)
     assert ("kvqa store: a cache of 12 MiB is larger than the store's limit (1 MiB, KVQA_STORE_MB); not written"
             in caplog.messages)
@@ -179,14 +179,14 @@ def test_the_limit_is_said_in_mebibytes(tmp_path, caplog, monkeypatch):
 def test_a_full_disk_leaves_no_file_and_says_which(tmp_path, caplog, monkeypatch):
     import errno
 
-    import kvqa.store
+    import kvqa.cache.store
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(kvqa.store.os, "fsync", full)
+    monkeypatch.setattr(kvqa.cache.store.os, "fsync", full)
     store = KVStore(tmp_path / "store", 2**20)
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert store.write(KEY, IDS, "d", tensors()) is False
     assert list((tmp_path / "store").iterdir()) == []  # the temporary file removed too
     assert caplog.messages == [f"kvqa store: could not write {store.path(KEY).name} ([Errno 28] No space left on "
@@ -217,7 +217,7 @@ def test_the_background_writer_says_what_happened_and_outlives_a_failed_write(tm
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(KVStore, "write", broken)
-    with caplog.at_level(logging.WARNING, logger="kvqa.store"):
+    with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert store.put(KEY, IDS, "01 Dec 2026", kv).result(timeout=30) is False
     assert "disk on fire" in caplog.text
     monkeypatch.setattr(KVStore, "write", real_write)

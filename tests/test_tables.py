@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import kvqa.tables as tables
-from kvqa.pages import text_context
-from kvqa.sources import find_sources, passages, quotes, rank
-from kvqa.tables import markdown_table, pdf_tables
+import kvqa.documents.tables as tables
+from kvqa.documents.pages import text_context
+from kvqa.documents.tables import markdown_table, pdf_tables
+from kvqa.evidence.sources import find_sources, passages, quotes, rank
 
 ORCHARD = [["Fruit", "Trees", "Grower"], ["Apple", "120", "Acme Inc. Farms"], ["Pear", "40", "Pryce & Sons"],
            ["Plum", "12", "Hollow Ltd."]]

@@ -12,7 +12,7 @@ import pytest
 
 import app as app_module
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
 
 

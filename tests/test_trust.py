@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 import kvqa
-import kvqa.generate as generate
-from kvqa.sources import find_sources, passages, terms
+import kvqa.generation.generate as generate
+from kvqa.evidence.sources import find_sources, passages, terms
 from test_documents import make_pdf
 
 

@@ -13,10 +13,10 @@ import app as app_module
 import kvqa
 from conftest import ASSETS, as_upload
 from fakes import FakeEngine
-from kvqa.budget import CacheBudget
+from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.pages import find, render_page, text_context
-from kvqa.sources import find_sources
+from kvqa.documents.pages import find, render_page, text_context
+from kvqa.evidence.sources import find_sources
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei, which .ci/run installs
 

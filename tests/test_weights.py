@@ -1,4 +1,5 @@
-"""int8 weights (kvqa.weights): each row one byte a weight and a scale, rows independent of one another bit for bit,
+"""int8 weights (kvqa.model.weights): each row one byte a weight and a scale, rows independent of one another bit for
+bit,
 the decode step as the forward, answers bit for bit a recompute in the same chunks, a clear refusal where int8 cannot
 run, and the form named in the store's key, the engine's description and the bench."""
 
@@ -18,11 +19,11 @@ from conftest import tiny_llama
 from kvqa.bench import run_bench
 from kvqa.bench.report import format_table
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
+from kvqa.cache.store import weights_fingerprint
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
-from kvqa.int8_kernel import TORCH, choose_kernel
-from kvqa.store import weights_fingerprint
-from kvqa.weights import (
+from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
+from kvqa.model.weights import (
     TO_BFLOAT16,
     TO_FLOAT32,
     Int8Embedding,
@@ -121,7 +122,7 @@ def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monke
         seen.clear()
         doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config(chunk_size=100))
         assert {t.dtype for pair in doc.cache.tensors() for t in pair} == {dtype}
-        assert doc.cache_bytes == kvqa.cache.bytes_per_token(lm.config, dtype) * doc.cache.capacity
+        assert doc.cache_bytes == kvqa.model.kv_cache.bytes_per_token(lm.config, dtype) * doc.cache.capacity
         answer = kvqa.answer(lm, doc, QUESTIONS_ASKED[1], max_new_tokens=8)
         assert len(answer.token_ids) > 0 and doc.cache.length == doc.tokens
         with torch.no_grad():  # a drafted step's shape through the model's forward
@@ -129,7 +130,7 @@ def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monke
         assert logits.dtype == torch.float32
         assert seen and set(seen) == {(dtype, dtype)}  # the step written out and the first chunk
     half, full = (tiny_int8_widened[str(w)] for w in (TO_BFLOAT16, TO_FLOAT32))
-    assert kvqa.cache.bytes_per_token(half.config, half.kv_dtype) * 2 == kvqa.cache.bytes_per_token(
+    assert kvqa.model.kv_cache.bytes_per_token(half.config, half.kv_dtype) * 2 == kvqa.model.kv_cache.bytes_per_token(
         full.config, full.kv_dtype)
 
 

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.ask import ask
+from kvqa.cache.store import KVStore
 from kvqa.engines import LocalEngine, make_engine, zerogpu_status
 from kvqa.engines.zerogpu import ZeroGPUEngine
-from kvqa.session import Session
-from kvqa.store import KVStore
+from kvqa.session.ask import ask
+from kvqa.session.session import Session
 
 CONFIG = kvqa.Config(max_new_tokens=16, weights="fp32")  # the fake GPU is this CPU: float32 weights, as default_lm
 
@@ -277,8 +277,8 @@ def test_after_a_restart_the_first_prefill_tells_the_key_then_documents_restore(
 
 
 def test_with_the_store_off_answers_pickle_the_cache_as_before(default_lm, fake_spaces):
+    from kvqa.cache.store import store_for
     from kvqa.config import config_from_env
-    from kvqa.store import store_for
 
     config = config_from_env({"KVQA_STORE_MB": "0"}, max_new_tokens=16)
     session = zerogpu_session(config, store=store_for(config))

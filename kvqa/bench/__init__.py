@@ -20,7 +20,8 @@ line) uses `methods` (the three runners), `report` (table, targets, plot) and `m
 config); `methods` uses `memory` (the probes). None of kvqa's library modules imports the bench.
 """
 
-from ..weights import weight_bytes
+from kvqa.model.weights import weight_bytes
+
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory, read_bandwidth
 from .methods import METHODS, PREFILL_REPEATS, RUNNERS, decode_floor, run_kvqa, run_recompute, run_seed

@@ -18,7 +18,8 @@ def add_parser(commands, *, model_flags, run) -> None:
     bench.add_argument("--doc", help="the document (.pdf, .txt, .md), repeated to fill the longest context "
                        "(default: the sample document)")
     bench.add_argument("--random-init", metavar="CONFIG_JSON", help="random weights from this model config (a path, "
-                       "or a name in kvqa/configs such as llama-3.2-3b) with --model's tokenizer: for timing only")
+                       "or a name in kvqa/model/configs such as llama-3.2-3b) with --model's tokenizer: for "
+                       "timing only")
     bench.add_argument("--store", action="store_true", help="instead: time restoring each context's cache from the "
                        "disk tier against prefilling it (try --contexts 1024,4096,7000)")
     bench.add_argument("--json", action="store_true", help="print one JSON object: machine, model, results")

@@ -11,20 +11,21 @@ from dataclasses import replace
 
 import torch
 
-from ..ask import ask, ask_without_cache
-from ..attention import GROUPED_SDPA
-from ..cache import bytes_per_token, new_cache
+from kvqa.documents.reading import Document
+from kvqa.evidence.sources import rank
+from kvqa.generation.generate import decode_one_token, run_chunks, stops_for
+from kvqa.generation.rerank import quoted
+from kvqa.model.attention import GROUPED_SDPA
+from kvqa.model.kv_cache import bytes_per_token, new_cache
+from kvqa.model.loading import LoadedModel
+from kvqa.model.weights import weight_bytes
+from kvqa.session.ask import ask, ask_without_cache
+
 from ..config import Config, Decoding
-from ..documents import Document
 from ..engines.local import LocalEngine
-from ..generate import decode_one_token, run_chunks, stops_for
-from ..model import LoadedModel
 from ..prompt import Prompt
-from ..rerank import quoted
 from ..results import Question
-from ..sources import rank
 from ..timing import now
-from ..weights import weight_bytes
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory
 
@@ -221,7 +222,7 @@ STEP_REPEATS = 9  # compare_steps times each way this many times, alternately
 
 
 def compare_steps(lm: LoadedModel, cache, token: int) -> dict:
-    """The decode step written out (kvqa.llama_step, what kvqa answers with where the model has one) against the
+    """The decode step written out (kvqa.model.llama_step, what kvqa answers with where the model has one) against the
     model's own forward for one token, alternately on the same prefilled cache, rolled back after each: the median
     of each and whether their logits are equal bit for bit. Empty where kvqa decodes through the forward anyway."""
     if lm.step is None or lm.decode_step is not None:
@@ -260,7 +261,8 @@ RUNNERS: dict[str, Callable] = {"recompute": run_recompute, "seed": run_seed, "k
 
 @contextmanager
 def stock_attention(model) -> Iterator[None]:
-    """transformers' own SDPA attention while inside, where kvqa had registered its CPU attention (kvqa.attention)."""
+    """transformers' own SDPA attention while inside, where kvqa had registered its CPU attention
+    (kvqa.model.attention)."""
     previous = model.config._attn_implementation
     if previous == GROUPED_SDPA:
         model.set_attn_implementation("sdpa")
@@ -272,6 +274,7 @@ def stock_attention(model) -> Iterator[None]:
 
 
 def _quotes(lm: LoadedModel, document: Document, question: str, options: Decoding) -> list[str]:
-    """What kvqa quotes in the question's turn (kvqa.ask, kvqa.rerank), for the runs that build the turn themselves."""
+    """What kvqa quotes in the question's turn (kvqa.session.ask, kvqa.generation.rerank), for the runs that build
+    the turn themselves."""
     asked = Question(question, passages=tuple(rank(document.text, question).candidates(options.passages)))
     return quoted(lm, asked, options)[0]

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 
+from kvqa.model.loading import LoadedModel, choose_attention, choose_device, choose_dtype, model_source, prepare
+
 from ..config import Config
-from ..model import LoadedModel, choose_attention, choose_device, choose_dtype, model_source, prepare
 from .errors import BenchError
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"  # kvqa/configs
+CONFIGS = Path(__file__).resolve().parent.parent / "model" / "configs"  # kvqa/model/configs
 
 
 class FoldedTokenizer:
@@ -48,7 +49,7 @@ class FoldedTokenizer:
 
 
 def config_path(name: str) -> Path:
-    """A config JSON: a path, or the name of one shipped in kvqa/configs (with or without .json)."""
+    """A config JSON: a path, or the name of one shipped in kvqa/model/configs (with or without .json)."""
     path = Path(name)
     if path.is_file():
         return path

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import torch
 
+from kvqa.documents.reading import Document, document_from_text, load_document
+from kvqa.model.loading import LoadedModel, load_model
+
 from ..config import Config
-from ..documents import Document, document_from_text, load_document
-from ..model import LoadedModel, load_model
 from ..prompt import Prompt, prompt_for
 from .errors import BenchError
 from .memory import Bandwidth, read_bandwidth

@@ -9,11 +9,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..ask import ask
+from kvqa.cache.store import KVStore
+from kvqa.documents.reading import Document
+from kvqa.model.loading import LoadedModel
+from kvqa.session.ask import ask
+
 from ..config import Config
-from ..documents import Document
-from ..model import LoadedModel
-from ..store import KVStore
 from .report import _mib, _s
 
 REPEATS = 3  # each restore timed this many times; the median is reported
@@ -38,8 +39,9 @@ def run_store_bench(lm: LoadedModel, documents: Sequence[tuple[Document, list[in
                     config: Config, say: Callable[[str], None] = lambda message: None) -> list[dict]:
     """Per (document, prefix ids), shortest first: a fresh prefill (written to a temporary store), then restores from
     the warm and the cold file; the same questions answered from both caches; the caches compared bit for bit."""
+    from kvqa.generation.generate import prefill
+
     from ..engines.stored import StoredLocalEngine
-    from ..generate import prefill
 
     prefill(lm, documents[0][0], config=config)  # first calls pay for lazy start-up: not part of any row
     rows = []

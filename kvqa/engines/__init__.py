@@ -28,7 +28,8 @@ def _zerogpu(environ: Mapping[str, str]) -> bool:
 def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=None, store=None) -> Engine:
     """The engine for these settings on this machine: the server at config.engine_url when set, else ZeroGPU where
     it is active, else local. The model loads on first use (or call engine.load()). `lm` hands the local engine an
-    already loaded model; `store` (a kvqa.store.KVStore) gives the local and ZeroGPU engines a disk tier of prefilled
+    already loaded model; `store` (a kvqa.cache.store.KVStore) gives the local and ZeroGPU engines a disk tier of
+    prefilled
     caches."""
     environ = os.environ if environ is None else environ
     if config.engine_url:

@@ -6,9 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kvqa.documents.reading import Document
+from kvqa.model.offline import Stages
+
 from ..config import Decoding
-from ..documents import Document
-from ..offline import Stages
 from ..prompt import Prompt
 from ..results import AnswerStream, PrefilledDocument, Question
 
@@ -27,7 +28,7 @@ class EngineInfo:
     exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
     guarantee: str  # (a kvqa.messages.Message) what is promised about answers in this precision, in a sentence or two
     keeps_caches: bool = False  # a disk store keeps what it reads: parts of a long document can be read ahead
-    weights: str = ""  # the weights' form where this process holds them (kvqa.weights: fp32, int8); "": elsewhere
+    weights: str = ""  # the weights' form where this process holds them (kvqa.model.weights: fp32, int8); "": elsewhere
     weight_bytes: int = 0  # what they hold in memory
 
     @property
@@ -63,7 +64,7 @@ class Engine(Protocol):
     def stream(self, doc: PrefilledDocument, question: Question, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """Answer from the prefilled document, streaming, with self.options; the document's cache is left as it was.
-        The Answer carries no sources: kvqa.ask, above the engines, gives them."""
+        The Answer carries no sources: kvqa.session.ask, above the engines, gives them."""
 
     def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:

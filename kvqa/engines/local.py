@@ -1,15 +1,17 @@
-"""The local engine: runs kvqa.generate (prefill, decode, drafting) in this process, with transformers, the caches
+"""The local engine: runs kvqa.generation.generate (prefill, decode, drafting) in this process, with transformers, the
+caches
 where the model is."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from kvqa.documents.reading import Document
+from kvqa.generation.generate import guarantee, prefill, stream, stream_without_cache
+from kvqa.model.loading import LoadedModel, load_model
+from kvqa.model.offline import Stages
+
 from ..config import Config
-from ..documents import Document
-from ..generate import guarantee, prefill, stream, stream_without_cache
-from ..model import LoadedModel, load_model
-from ..offline import Stages
 from ..prompt import Prompt, prompt_for
 from ..results import AnswerStream, PrefilledDocument, Question
 from .base import EngineInfo

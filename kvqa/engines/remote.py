@@ -28,8 +28,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from kvqa.documents.reading import Document
+from kvqa.model.offline import Stages
+
 from ..config import Config
-from ..documents import Document
 from ..errors import (
     DocumentTooLong,
     EngineBusy,
@@ -41,7 +43,6 @@ from ..errors import (
     QuestionError,
 )
 from ..messages import Message
-from ..offline import Stages
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
 from ..results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
 from ..timing import Timings

@@ -1,16 +1,18 @@
-"""The local engine's prefill with the disk tier (kvqa.store) around it: restore the document's cache from its file
-when one is there and checks out, else prefill it and have the file written in the background (kvqa.restore)."""
+"""The local engine's prefill with the disk tier (kvqa.cache.store) around it: restore the document's cache from its
+file
+when one is there and checks out, else prefill it and have the file written in the background (kvqa.cache.restore)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from kvqa.cache.restore import prefill_or_restore
+from kvqa.cache.store import KVStore, weights_fingerprint
+from kvqa.documents.reading import Document
+from kvqa.model.loading import LoadedModel
+
 from ..config import Config
-from ..documents import Document
-from ..model import LoadedModel
-from ..restore import prefill_or_restore
 from ..results import PrefilledDocument
-from ..store import KVStore, weights_fingerprint
 from .base import EngineInfo
 from .local import LocalEngine
 

@@ -2,7 +2,8 @@
 this one, on the same machine and disk) that receives pickled arguments and returns pickled results.
 
 So the prefill and each answer run inside such functions, with a duration derived from their token counts; the
-prefilled cache comes back to the CPU and stays in the session's state between calls. With a store (kvqa.store), this
+prefilled cache comes back to the CPU and stays in the session's state between calls. With a store (kvqa.cache.store),
+this
 side writes the cache to its file after the prefill, and each answer is handed the file's key instead of the cache
 (StoredDocument): the GPU function reads and checks the file itself, which is several times faster than pickling the
 cache across (docs/deploy.md, "ZeroGPU: pickling vs a file"). Without a store, or when the file is not written yet,
@@ -23,10 +24,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..cache import bytes_per_token, cache_from_tensors
-from ..config import Config
-from ..documents import Document
-from ..generate import (
+from kvqa.cache.restore import cache_key, restore
+from kvqa.cache.store import CacheKey, KVStore, text_sha256, weights_fingerprint
+from kvqa.documents.reading import Document
+from kvqa.generation.generate import (
     guarantee,
     out_of_memory_as_error,
     prefill_steps,
@@ -34,12 +35,13 @@ from ..generate import (
     stream,
     stream_without_cache,
 )
-from ..model import LoadedModel, load_model
-from ..offline import Stages
+from kvqa.model.kv_cache import bytes_per_token, cache_from_tensors
+from kvqa.model.loading import LoadedModel, load_model
+from kvqa.model.offline import Stages
+
+from ..config import Config
 from ..prompt import Prompt, prompt_for
-from ..restore import cache_key, restore
 from ..results import Answer, AnswerStream, PrefilledDocument, Question, close_events
-from ..store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from ..timing import Timings
 from .base import EngineInfo
 from .local import LocalEngine
@@ -144,7 +146,8 @@ class _File:
 
 
 class ZeroGPUEngine:
-    """kvqa.generate's functions inside @spaces.GPU calls; the model also sits on the CPU here (a LocalEngine) for
+    """kvqa.generation.generate's functions inside @spaces.GPU calls; the model also sits on the CPU here (a
+    LocalEngine) for
     tokenizing. With `store`, caches go through its files (module docstring)."""
 
     kind = "zerogpu"
@@ -305,6 +308,6 @@ class ZeroGPUEngine:
 
 def _gpu_dtype(config: Config):
     """The dtype the model gets on ZeroGPU's GPU: bfloat16 unless one is named."""
-    from ..model import choose_dtype
+    from kvqa.model.loading import choose_dtype
 
     return torch.bfloat16 if config.dtype == "auto" else choose_dtype(config.dtype, torch.device("cuda"))

@@ -9,9 +9,9 @@ TEXTS: dict[str, tuple[str, str]] = {
                         "没有配置文件“{name}”：请给出模型配置 JSON 的路径，或以下之一：{names}。"),
     "bench.bad_config": (
         "Cannot use {path} as a model config: {error}. Give a config.json with a model_type (for example "
-        "kvqa/configs/llama-3.2-3b.json).",
+        "kvqa/model/configs/llama-3.2-3b.json).",
         "无法把 {path} 用作模型配置：{error}。请给出带 model_type 的 config.json"
-        "（例如 kvqa/configs/llama-3.2-3b.json）。"),
+        "（例如 kvqa/model/configs/llama-3.2-3b.json）。"),
     "bench.no_tokenizer": ("Cannot load the tokenizer of '{model}' for the random model: {error}",
                            "无法为随机模型加载“{model}”的分词器：{error}"),
     "bench.context_too_short": (

@@ -3,7 +3,7 @@ command line's (kvqa.messages merges them with the app's and the bench's into on
 
 # id -> (English, Chinese). Placeholders are str.format fields, the same in both languages.
 TEXTS: dict[str, tuple[str, str]] = {
-    # ---- documents and files (kvqa.documents, kvqa.uploads)
+    # ---- documents and files (kvqa.documents.reading, kvqa.documents.uploads)
     "document.empty": (
         "The document is empty (or only whitespace): paste or upload some text.",
         "文档是空的（或只有空白）：请粘贴或上传一些文字。"),
@@ -36,7 +36,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{name} does not contain text (its bytes look binary): save it as PDF or plain text, or name it by its kind "
         "({types}).",
         "{name} 不含文字（内容看起来是二进制）：请另存为 PDF 或纯文本，或按其类型命名扩展名（{types}）。"),
-    # ---- scans and images, read by OCR (kvqa.documents, kvqa.ocr)
+    # ---- scans and images, read by OCR (kvqa.documents.reading, kvqa.documents.ocr)
     "scan.too_many_pages": (
         "{name} has {count:,} scanned pages (no text layer); kvqa reads at most {limit:,} by OCR (a few seconds a "
         "page): upload the pages you need, or a PDF with a text layer.",
@@ -84,7 +84,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "{name} has no pages to read: export it as PDF again, or paste its text.",
         "{name} 没有可读的页面：请重新导出为 PDF，或粘贴它的文字。"),
 
-    # ---- Office, HTML and EPUB files (kvqa.office)
+    # ---- Office, HTML and EPUB files (kvqa.documents.office)
     "office.encrypted_or_old": (
         "{name} is password-protected or in an old binary Office format (.doc, .ppt): open it, save it again as "
         "{suffix} without a password (or as PDF), and upload that.",
@@ -128,7 +128,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "upload.expired": ("The uploaded file is no longer on the server (uploads expire): upload it again.",
                        "上传的文件已不在服务器上（上传会过期）：请重新上传。"),
 
-    # ---- parts of a document longer than the context (kvqa.parts)
+    # ---- parts of a document longer than the context (kvqa.documents.parts)
     "unit.pages": ("pages", "页"),
     "unit.characters": ("characters", "字符"),
     "unit.page": ("page", "页"),
@@ -189,7 +189,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "another part.",
         "已读取 {name} 的{part}：这是本模型上下文能容纳的部分。选择其他字符范围可读取另一部分。"),
 
-    # ---- questions (kvqa.prompt, kvqa.session, the engines, the CLI)
+    # ---- questions (kvqa.prompt, kvqa.session.session, the engines, the CLI)
     "question.empty": ("The question is empty: type a question about the document.",
                        "问题是空的：请输入一个关于文档的问题。"),
     "question.too_many_chars": (
@@ -235,7 +235,7 @@ TEXTS: dict[str, tuple[str, str]] = {
         "its own with it, but cannot remember the conversation.",
         "该模型的对话模板不能在之前的对话轮次前后精确切开：kvqa 能用它单独回答每个问题，但无法记住对话。"),
 
-    # ---- models (kvqa.model, kvqa.cache, kvqa.config, kvqa.doctor)
+    # ---- models (kvqa.model.loading, kvqa.model.kv_cache, kvqa.config, kvqa.doctor)
     "model.unknown_device": ("Unknown device '{name}': use auto, cpu, cuda, cuda:N or mps.",
                              "未知设备“{name}”：请使用 auto、cpu、cuda、cuda:N 或 mps。"),
     "model.no_cuda": ("CUDA was asked for but no CUDA GPU is available: use --device cpu or auto.",
@@ -318,7 +318,7 @@ TEXTS: dict[str, tuple[str, str]] = {
                        "HF_TOKEN 看不到 {repo}（token 有误或已过期？）"),
     "hub.unreachable": ("the model hub cannot be reached ({error})", "连不上模型中心（{error}）"),
 
-    # ---- memory and busy sessions (kvqa.budget, kvqa.session, the engines, kvqa.limits)
+    # ---- memory and busy sessions (kvqa.cache.budget, kvqa.session.session, the engines, kvqa.session.limits)
     "too_long.tokens": (
         "The document is {tokens:,} tokens; with this model kvqa reads at most {limit:,} ({context:,} of context, "
         "{reserve:,} kept for the question and answer). Shorten it by about {over:,} tokens, or use a model with a "
@@ -458,8 +458,9 @@ TEXTS: dict[str, tuple[str, str]] = {
     "cli.chars_for_text": ("--chars is for text; use --pages for a PDF.", "--chars 用于文本；PDF 请用 --pages。"),
     "cli.empty_question": ("A question is empty: give each -q some text.", "有一个问题是空的：请给每个 -q 一些文字。"),
 
-    # ---- where a session's cache came from (kvqa.session.cache_origin) and what an answer names that the document
-    # lacks (kvqa.sources): the CLI and the app both say them
+    # ---- where a session's cache came from (kvqa.session.session.cache_origin) and what an answer names that the
+    # document
+    # lacks (kvqa.evidence.sources): the CLI and the app both say them
     "origin.prefill": ("read now: {seconds:.2f} s", "刚刚读取：{seconds:.2f} 秒"),
     "origin.disk": ("restored from disk: {seconds:.2f} s", "从磁盘恢复：{seconds:.2f} 秒"),
     "origin.memory": ("shared with another session: {seconds:.2f} s", "与另一个会话共享：{seconds:.2f} 秒"),

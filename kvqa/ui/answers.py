@@ -7,7 +7,7 @@ import html
 import re
 
 from kvqa.messages import render, say
-from kvqa.session import Session
+from kvqa.session.session import Session
 
 
 def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: str = "en") -> str:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import gradio as gr
 
+from kvqa.documents.parts import parse_range, unit_name
 from kvqa.errors import KvqaError, QuestionError
+from kvqa.evidence.sources import source_dict
 from kvqa.export import session_dict
 from kvqa.messages import Message
-from kvqa.parts import parse_range, unit_name
-from kvqa.session import Session, cache_origin
-from kvqa.sources import source_dict
+from kvqa.session.session import Session, cache_origin
 
 
 class Api:

@@ -11,7 +11,7 @@ import gradio as gr
 
 from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
-from kvqa.session import Session, cache_origin
+from kvqa.session.session import Session, cache_origin
 from kvqa.ui import unchanged, warn
 from kvqa.ui.answers import chat_messages
 from kvqa.ui.tabs import Tab, Waiting

@@ -7,10 +7,10 @@ import html
 
 import gradio as gr
 
+from kvqa.documents.pages import render_page, text_context
+from kvqa.documents.parts import select
 from kvqa.messages import say
-from kvqa.pages import render_page, text_context
-from kvqa.parts import select
-from kvqa.session import Session
+from kvqa.session.session import Session
 from kvqa.ui import unchanged
 
 

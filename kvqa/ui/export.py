@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kvqa.errors import KvqaError
 from kvqa.export import session_dict, to_json, to_markdown
-from kvqa.session import Session
+from kvqa.session.session import Session
 
 
 def conversation_files(session: Session | None) -> list[str]:

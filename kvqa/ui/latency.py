@@ -7,9 +7,9 @@ import functools
 import statistics
 import threading
 
+from kvqa.documents.parts import unit_name, unit_total
 from kvqa.messages import Message, render, say
-from kvqa.parts import unit_name, unit_total
-from kvqa.session import Session, cache_origin, speedup
+from kvqa.session.session import Session, cache_origin, speedup
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Microsoft YaHei",
              "PingFang SC", "SimHei")  # fonts with Chinese glyphs the plot may find on a server

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import gradio as gr
 
+from kvqa.documents.parts import parse_range, unit_name, unit_total
 from kvqa.errors import BusyError, KvqaError
 from kvqa.messages import Message, say
-from kvqa.parts import parse_range, unit_name, unit_total
-from kvqa.session import Session
+from kvqa.session.session import Session
 from kvqa.ui import unchanged, warn
 
 

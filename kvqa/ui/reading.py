@@ -13,22 +13,22 @@ from dataclasses import replace
 
 import gradio as gr
 
-from kvqa.budget import CacheBudget, budget_for
+from kvqa.cache.budget import CacheBudget, budget_for
+from kvqa.cache.shared import SharedCaches
+from kvqa.cache.store import store_for
 from kvqa.config import Config
-from kvqa.documents import IMAGE_SUFFIXES, PDF_SUFFIXES, Document, combine, document_from_text, load_documents
+from kvqa.documents.ocr import image_pdf
+from kvqa.documents.parts import planned_parts, select
+from kvqa.documents.reading import IMAGE_SUFFIXES, PDF_SUFFIXES, Document, combine, document_from_text, load_documents
+from kvqa.documents.uploads import Uploads
 from kvqa.engines import Engine, make_engine
 from kvqa.errors import KvqaError
-from kvqa.limits import ClientSessions, client_of
 from kvqa.messages import Message, render, say
-from kvqa.ocr import image_pdf
-from kvqa.parts import planned_parts, select
-from kvqa.presets import reading_model
-from kvqa.session import Session
-from kvqa.shared import SharedCaches
-from kvqa.store import store_for
+from kvqa.model.presets import reading_model
+from kvqa.session.limits import ClientSessions, client_of
+from kvqa.session.session import Session
 from kvqa.timing import ReadCosts
 from kvqa.ui.tabs import Tabs
-from kvqa.uploads import Uploads
 
 log = logging.getLogger("kvqa.app")
 
@@ -101,7 +101,8 @@ class Reading:
         return getattr(request, "session_hash", None)
 
     def document_from(self, files, text: str | None, lang: str = "en", progress=None, *, owner: str | None = None):
-        """The document a client sent: files it uploaded (nothing else on the server is read: kvqa.uploads, `owner`
+        """The document a client sent: files it uploaded (nothing else on the server is read: kvqa.documents.uploads,
+        `owner`
         the client) and/or pasted text, as one document. A file that cannot be read is named in a warning and the
         others are read; if none can, the error says why and nothing changes. progress(fraction, desc=...): how a
         long read (OCR) goes."""
@@ -136,7 +137,7 @@ class Reading:
     def read(self, document, session, request, progress, *, part=None, lang: str = "en") -> tuple[Session, bool]:
         """Read the document (or its part) into the session, saying first how big it is and, once this model has
         read something here, about how long the read will take; the read's rate then feeds the next estimate. When
-        the document's language calls for another model (kvqa.presets.reader_for) and none was chosen in the list,
+        the document's language calls for another model (kvqa.model.presets.reader_for) and none was chosen in the list,
         a new session on that model reads it; the old one is closed only once the read succeeded."""
         if session is None:  # the first model loads with the first document: its stages shown (a conversion once)
             self.load_engine(self.engine, self.config.model, lang, progress)

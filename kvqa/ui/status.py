@@ -6,8 +6,8 @@ from __future__ import annotations
 import gradio as gr
 
 from kvqa.messages import Message, render, say
-from kvqa.presets import language_note
-from kvqa.session import Session, cache_origin
+from kvqa.model.presets import language_note
+from kvqa.session.session import Session, cache_origin
 
 AHEAD_TICK_S = 2.0  # how often the status refreshes while a long document's parts are read ahead
 

@@ -19,7 +19,7 @@ class Read:
 
     fraction: float = 0.0
     stage: str = ""
-    session: object | None = None  # a kvqa.session.Session, once read
+    session: object | None = None  # a kvqa.session.session.Session, once read
     done: threading.Event = field(default_factory=threading.Event)
     forward: Callable[..., None] = lambda fraction, desc=None: None  # the handler's gr.Progress
 

@@ -1,0 +1,1 @@
+"""Caches kept: the disk store, sharing between sessions, restoring, and the memory budget."""

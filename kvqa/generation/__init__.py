@@ -1,0 +1,1 @@
+"""Generation: prefill, decode and drafting on a loaded model; the repeat stop; reranking."""

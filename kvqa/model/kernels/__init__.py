@@ -1,0 +1,1 @@
+"""kvqa's own C kernels (int8 products, decode attention), built on first use."""

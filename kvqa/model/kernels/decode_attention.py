@@ -1,0 +1,110 @@
+"""Attention for one new token over the cache (a decode step): kvqa's own kernel (decode_attention.c, built for this
+CPU at first use: kvqa.model.kernels.native) where the CPU has AVX2 or AVX-512 and a C compiler is here, else PyTorch's
+SDPA.
+
+At a long context a decode step's attention reads every cached key and value once for a single query token.
+PyTorch's CPU kernel reads them at about 14 GB/s here, kvqa's at about 30 (30 layers at 4,096 tokens: 12-13 -> 5.4 ms
+in float32, 7 -> 3.4 ms in bfloat16; docs/performance.md). Where the cache holds bfloat16, kvqa's keeps the query and
+its output float32 (PyTorch's rounds both to bfloat16). The same attention up to rounding (the
+summation order and the exponential differ: tests/test_decode_attention.py); the written-out steps and the forward's
+one-token attention (kvqa.model.attention.grouped_sdpa) call the same function, so they stay equal bit for bit. The
+kernel
+is part of a cache's key (kvqa.cache.restore.cache_key): a prefill whose last chunk is one token runs through it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from kvqa.model.kernels.native import build, build_failure, vector_cpu
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_attention.c")
+
+
+@dataclass(frozen=True)
+class DecodeAttention:
+    """A named attention of one token: run(query, keys, values, scale), or None for PyTorch's SDPA; what it takes."""
+
+    name: str
+    run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
+    max_group: int = 0
+    max_dim: int = 0
+
+    def takes(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
+        """Whether run() reads these as they are laid out: one sequence on the CPU, a float32 query, keys and values
+        float32 or bfloat16 alike, each key and value a contiguous row, a head size that is a multiple of 16."""
+        b, kv, group, d = query.shape
+        return (self.run is not None and b == 1 and query.device.type == keys.device.type == "cpu"
+                and query.dtype == torch.float32 and keys.dtype == values.dtype
+                and keys.dtype in (torch.float32, torch.bfloat16) and keys.shape == values.shape
+                and keys.shape[:2] == (1, kv) and keys.shape[3] == d and keys.shape[2] > 0
+                and group <= self.max_group and d <= self.max_dim and d % 16 == 0
+                and keys.stride()[1:] == values.stride()[1:] and keys.stride(3) == 1 and keys.stride(2) == d)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+SDPA = DecodeAttention("PyTorch's SDPA")
+
+
+def attend_one(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """One token's attention, its query heads folded into their key/value head's group: query (1, KV, G, D), keys
+    and values (1, KV, S, D) in the cache's dtype -> (1, KV, G, D) in the query's dtype."""
+    kernel = choose_decode_attention()
+    if kernel.takes(query, keys, values):
+        return kernel.run(query, keys, values, scale)
+    return F.scaled_dot_product_attention(query.to(keys.dtype), keys, values, scale=scale).to(query.dtype)
+
+
+def load(path: Path) -> DecodeAttention:
+    """kvqa's attention from a library build() made."""
+    library = ctypes.CDLL(str(path))
+    attend = library.kvqa_decode_attention
+    attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_int] * 3 + [
+        ctypes.c_float, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+    attend.restype = ctypes.c_int
+    group, dim = ctypes.c_int(), ctypes.c_int()
+    library.kvqa_decode_attention_limits(ctypes.byref(group), ctypes.byref(dim))
+    lanes = library.kvqa_decode_attention_lanes()  # 16 (AVX-512) or 8 (AVX2)
+
+    def run(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+        query = query.contiguous()
+        _, kv, g, d = query.shape
+        out = torch.empty_like(query)
+        failed = attend(query.data_ptr(), keys.data_ptr(), values.data_ptr(), keys.stride(1), keys.shape[2], kv, g,
+                        d, scale, int(keys.dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
+        if failed:
+            raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
+        return out
+
+    return DecodeAttention(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} decode attention", run, group.value,
+                           dim.value)
+
+
+@functools.cache
+def choose_decode_attention() -> DecodeAttention:
+    """kvqa's kernel on an x86 CPU with AVX2 or AVX-512 where it builds (KVQA_ATTENTION_KERNEL=torch: PyTorch's
+    SDPA always), else SDPA."""
+    if os.environ.get("KVQA_ATTENTION_KERNEL") == "torch":
+        return SDPA
+    if not vector_cpu():
+        return SDPA
+    try:
+        return load(build(SOURCE))
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("kvqa: decode steps attend with PyTorch's SDPA, slower at long contexts: could not build "
+                    "kvqa's attention (%s)", build_failure(e))
+        return SDPA

@@ -1,0 +1,72 @@
+"""kvqa's C kernels (int8_matmul.c, decode_attention.c), built for the CPU they run on at first use and kept.
+
+Each is compiled with `cc -O3 -march=native -fopenmp` (about a second) into the cache folder's `kernels/`, one file
+per source, compiler and CPU (a build for one CPU's vector units may not run on another's), built aside and renamed
+so a reader never sees half a file. They are called through ctypes on torch's own OpenMP runtime (the build links
+libgomp.so.1, the one torch has loaded). Where none can be built (no compiler, no AVX2) the callers run torch's
+kernels and say why (kvqa.model.kernels.int8_kernel, kvqa.model.kernels.decode_attention; `kvqa doctor` names what
+runs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+from kvqa.config import default_cache_dir
+
+BUILD_SECONDS = 120
+
+
+def cpu_signature() -> str:
+    """What a build made with -march=native depends on: the machine and its CPU's flags."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = line
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {flags}"
+
+
+def vector_cpu() -> bool:
+    """Whether this is what kvqa's C kernels are written for: an x86-64 CPU with AVX2 or AVX-512."""
+    return platform.machine() == "x86_64" and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def build(source: Path, folder: Path | None = None, compiler: str | None = None, flags: tuple[str, ...] = ()) -> Path:
+    """The shared library built from `source` for this CPU, with extra compiler `flags` (built now unless already in
+    `folder`, default: the cache folder's kernels/). Raises OSError or subprocess.SubprocessError when it cannot be
+    built."""
+    name = compiler or os.environ.get("CC") or "cc"
+    compiler = shutil.which(name)
+    if compiler is None:
+        raise FileNotFoundError(f"no C compiler {name!r} found; install one (Debian: gcc) or set CC to one")
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    signature = f"{version} {cpu_signature()} {' '.join(flags)}"
+    key = hashlib.sha256(source.read_bytes() + signature.encode()).hexdigest()[:16]
+    folder = folder or default_cache_dir() / "kernels"
+    path = folder / f"{source.stem}-{key}.so"
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:  # built aside, then renamed: never half a file
+        built = Path(scratch) / path.name
+        subprocess.run([compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", *flags, "-o", str(built),
+                        str(source)], check=True, capture_output=True, text=True, timeout=BUILD_SECONDS)
+        os.replace(built, path)
+    return path
+
+
+def build_failure(error: Exception) -> str:
+    """What a failed build() said, short enough for a log line."""
+    return str(getattr(error, "stderr", "") or error).strip()[:500]

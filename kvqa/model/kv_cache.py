@@ -1,0 +1,225 @@
+"""The key/value cache: the one file that touches transformers' cache internals.
+
+KVCache preallocates, per layer, room for the document plus a reserve for one question and its answer. Answering
+writes the question's and the answer's keys/values into the reserve, in place, and `rollback` then resets the
+length to the document's: forking costs nothing (no copy), decoding never reallocates (no per-token torch.cat),
+and the document's keys/values are never written after the prefill, so they stay bit-identical.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, get_layer_types_and_kwargs
+
+from kvqa.messages import Message
+
+
+class _BufferLayer(DynamicLayer):
+    """One layer's keys and values in preallocated buffers of shape (B, kv_heads, capacity, head_dim).
+
+    A sliding-window layer (window W) keeps every position too, so rolling back is as free as for a full layer; it
+    hands attention only the positions its new tokens can see (the W - 1 before them and themselves) and tells the
+    mask where they start (get_mask_sizes), as transformers' DynamicSlidingWindowLayer does for the same tokens."""
+
+    def __init__(self, capacity: int, window: int | None = None, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.capacity = capacity
+        self.dtype = dtype  # what the buffers hold; None: the first keys' dtype
+        self.length = 0
+        self.window = window
+        self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        b, h, _, d = key_states.shape
+        self.device = key_states.device
+        self.key_buffer = key_states.new_empty((b, h, self.capacity, d), dtype=self.dtype or key_states.dtype)
+        self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]),
+                                                   dtype=self.dtype or value_states.dtype)
+        self.keys, self.values = self.key_buffer[:, :, :0], self.value_buffer[:, :, :0]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
+        self.key_buffer[:, :, self.length: end].copy_(key_states)
+        self.value_buffer[:, :, self.length: end].copy_(value_states)
+        start = self.window_start
+        self._set_length(end)
+        if start:
+            return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]  # what the window sees
+        return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(keys attended, position of the first): what update() returns for the next `query_length` tokens."""
+        start = self.window_start
+        return self.length - start + query_length, start
+
+    @property
+    def window_start(self) -> int:
+        """The first position the next token sees: 0, or for a sliding window the W - 1 before it."""
+        return 0 if self.window is None else max(0, self.length - self.window + 1)
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def crop(self, tokens_to_remove: int) -> None:
+        self._set_length(self.length - abs(tokens_to_remove))
+
+    def _set_length(self, length: int) -> None:
+        self.length = length
+        if self.is_initialized:
+            self.keys = self.key_buffer[:, :, :length]
+            self.values = self.value_buffer[:, :, :length]
+
+    def __getstate__(self) -> dict:
+        """Pickle (the ZeroGPU boundary) only the filled part of the buffers, once: not the reserve, not views."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("keys", "values")}
+        if self.is_initialized:
+            state["key_buffer"] = self.key_buffer[:, :, : self.length].clone()
+            state["value_buffer"] = self.value_buffer[:, :, : self.length].clone()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.is_initialized:
+            filled_keys, filled_values = self.key_buffer, self.value_buffer
+            self.lazy_initialization(filled_keys, filled_values)  # full-capacity buffers again
+            self.key_buffer[:, :, : self.length].copy_(filled_keys)
+            self.value_buffer[:, :, : self.length].copy_(filled_values)
+        self._set_length(self.length)
+
+    def to(self, device: torch.device) -> None:
+        if self.is_initialized:
+            self.key_buffer = self.key_buffer.to(device)
+            self.value_buffer = self.value_buffer.to(device)
+            self.device = self.key_buffer.device
+            self._set_length(self.length)
+
+
+class KVCache(Cache):
+    """A cache for a document plus a reserve of tokens, with a free rollback to any earlier length; its keys and
+    values held in `dtype` (None: the model's; the layers round what they are given to it, and hand it back)."""
+
+    def __init__(self, num_layers: int, capacity: int, windows: list[int | None] | None = None,
+                 dtype: torch.dtype | None = None):
+        windows = windows or [None] * num_layers  # per layer: its sliding window, None for full attention
+        assert len(windows) == num_layers, f"{len(windows)} windows for {num_layers} layers"
+        super().__init__(layers=[_BufferLayer(capacity, window, dtype) for window in windows])
+        self.capacity = capacity
+        self._static: Cache | None = None  # static_view(), built on first use
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_static": None}  # the view shares the buffers: rebuilt after unpickling
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def rollback(self, length: int) -> None:
+        """Forget every token after the first `length`, in place."""
+        assert 0 <= length <= self.length, f"cannot roll back to {length} from {self.length}"
+        for layer in self.layers:
+            layer._set_length(length)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers, reserve included."""
+        return sum(
+            layer.key_buffer.nbytes + layer.value_buffer.nbytes for layer in self.layers if layer.is_initialized
+        )
+
+    def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) over the current length, as views."""
+        return [(layer.keys, layer.values) for layer in self.layers]
+
+    def static_view(self) -> Cache:
+        """The same buffers as a fixed-shape cache for a compiled decode step
+        (kvqa.generation.generate.decode_one_token):
+        every forward sees the whole capacity, later positions hidden by the causal mask, and the write position is
+        a tensor, so the shapes and addresses a compiled graph (or a CUDA graph) captures never change from token
+        to token or question to question. Built once per cache; call advance(n) after each step."""
+        if self._static is None:
+            layers = []
+            for layer in self.layers:
+                assert layer.is_initialized, "prefill the cache before decoding from it"
+                static = StaticLayer(max_cache_len=self.capacity)
+                static.keys, static.values = layer.key_buffer, layer.value_buffer  # shared, not copied
+                for buffer in (layer.key_buffer, layer.value_buffer):  # the reserve was never written: masked
+                    buffer[:, :, layer.length:].zero_()  # positions must hold numbers (0 x NaN is NaN)
+                static.device = layer.key_buffer.device
+                static.batch_size, static.num_heads = layer.key_buffer.shape[:2]
+                static.k_head_dim, static.v_head_dim = layer.key_buffer.shape[-1], layer.value_buffer.shape[-1]
+                static.cumulative_length = torch.zeros((), dtype=torch.long, device=static.device)
+                for tensor in (static.keys, static.values, static.cumulative_length):
+                    torch._dynamo.mark_static_address(tensor)
+                static.is_initialized = True
+                layers.append(static)
+            self._static = Cache(layers=layers)
+        for static in self._static.layers:
+            static.cumulative_length.fill_(self.length)  # in place: the graph keeps reading the same tensor
+        return self._static
+
+    def advance(self, tokens: int) -> None:
+        """Count `tokens` written by a step on the static view as held."""
+        assert self.length + tokens <= self.capacity, f"cache overflow: {self.length + tokens} > {self.capacity}"
+        for layer in self.layers:
+            layer._set_length(layer.length + tokens)
+
+    def to(self, device: torch.device | str) -> KVCache:
+        """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
+        for layer in self.layers:
+            layer.to(torch.device(device))
+        self._static = None  # its tensors were on the old device
+        return self
+
+
+def new_cache(model_config, capacity: int, dtype: torch.dtype | None = None) -> KVCache:
+    """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too), in
+    `dtype` (LoadedModel.kv_dtype; None: the model's)."""
+    per_layer = windows(model_config)
+    return KVCache(len(per_layer), capacity, per_layer, dtype)
+
+
+def windows(model_config) -> list[int | None]:
+    """Each layer's sliding window (the positions a token sees, itself included), None for full attention."""
+    layer_types, kwargs = get_layer_types_and_kwargs(model_config.get_text_config(decoder=True))
+    return [k["sliding_window"] if kind == "sliding_attention" else None for kind, k in zip(layer_types, kwargs)]
+
+
+def unsupported_reason(model_config) -> Message | None:
+    """Why a model's cache cannot be rolled back exactly (chunked or linear layers), or None. Full and
+    sliding-window attention are supported."""
+    text_config = model_config.get_text_config(decoder=True)
+    try:
+        layer_types, _ = get_layer_types_and_kwargs(text_config)
+    except Exception as e:  # an architecture this version cannot describe
+        return Message("model.layout_unknown", error=e)
+    other = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
+    if other:
+        return Message("model.layers_not_full", kinds=", ".join(other))
+    return None
+
+
+def bytes_per_token(model_config, dtype: torch.dtype) -> int:
+    """One token's keys and values in a model's cache (kv_bytes for its config)."""
+    c = model_config.get_text_config(decoder=True)
+    kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    return kv_bytes(c.num_hidden_layers, kv_heads, head_dim, dtype.itemsize)
+
+
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
+    """2 (keys and values) x layers x kv_heads x head_dim x bytes per element."""
+    return 2 * layers * kv_heads * head_dim * itemsize
+
+
+def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> KVCache:
+    """A KVCache of `capacity` tokens holding a copy of each layer's (keys, values), as KVCache.tensors() gave them
+    (the disk tier restores caches with this); bit for bit the same keys and values."""
+    cache = new_cache(model_config, capacity, tensors[0][0].dtype if tensors else None)
+    assert len(tensors) == len(cache.layers), f"{len(tensors)} layers stored, the model has {len(cache.layers)}"
+    for i, (keys, values) in enumerate(tensors):
+        cache.update(keys, values, i)
+    return cache

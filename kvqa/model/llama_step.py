@@ -1,0 +1,87 @@
+"""One decode step of a Llama-family model on the CPU, written out (gpt-fast style).
+
+transformers' forward for one token runs some 110 small operations a layer around the 7 matrix products (masks,
+position bookkeeping, per-module hooks and reshapes); on a 2-core CPU they cost more than the attention at 1,024
+tokens. This step does the same arithmetic, in the same order and with the same kernels, as
+`model(input_ids=[[token]], cache=cache)`: the logits and the keys/values it writes are the same bit for bit
+(tests/test_llama_step.py), so a cached answer and a recomputed one still agree token for token. What it drops is
+the bookkeeping: the query/key/value projections and the gate/up projections each run as one matrix product (the
+modules' weights become row-slices of one matrix: no memory added), the rotation runs once for queries and keys
+together, keys and values go straight into the cache's buffers, and the query token is folded into its key/value
+head's group for attention (kvqa.model.kernels.decode_attention.attend_one, as kvqa.model.attention.grouped_sdpa calls
+it).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, rotate_half
+
+from kvqa.model.kernels.decode_attention import attend_one
+from kvqa.model.kv_cache import KVCache
+from kvqa.model.weights import fuse, product
+
+
+def supports(model, device: torch.device) -> bool:
+    """Llama-architecture models (SmolLM2, Llama 3.x) without projection biases, on the CPU."""
+    config = model.config
+    return (device.type == "cpu" and type(model).__name__ == "LlamaForCausalLM"
+            and not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False))
+
+
+@torch.no_grad()
+def fuse_layers(model) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
+    """Per layer, q|k|v and gate|up as one module each (the modules' weights become views of its matrix)."""
+    layers = model.model.layers
+    return ([fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj) for layer in layers],
+            [fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers])
+
+
+class LlamaStep:
+    """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
+
+    def __init__(self, model):
+        self.model = model
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.qkv, self.gate_up = fuse_layers(model)
+        # per layer, what the loop uses, looked up once (a module call costs microseconds, some 200 a token)
+        self.layers = [(norm(layer.input_layernorm), product(qkv), layer.self_attn.scaling,
+                        product(layer.self_attn.o_proj), norm(layer.post_attention_layernorm), product(gate_up),
+                        layer.mlp.act_fn, product(layer.mlp.down_proj))
+                       for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
+
+    @torch.no_grad()
+    def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
+        model, h, kv, d = self.model.model, self.heads, self.kv_heads, self.head_dim
+        position = cache.length
+        assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
+        x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden)
+        cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
+        for (in_norm, qkv_proj, scaling, o_proj, post_norm, gate_up_proj, act_fn, down_proj), held in zip(
+                self.layers, cache.layers):
+            qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)
+            qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
+            qk = qk * cos + rotate_half(qk) * sin  # apply_rotary_pos_emb, queries and keys at once
+            held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
+            held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
+            keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
+            out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, scaling)  # (1, KV, H / KV, D)
+            x = x + o_proj(out.reshape(1, 1, h * d))
+            gate, up = gate_up_proj(post_norm(x)).chunk(2, dim=-1)
+            x = x + down_proj(act_fn(gate) * up)
+        cache.advance(1)
+        return self.model.lm_head(model.norm(x))[:, -1]
+
+
+def norm(module: torch.nn.Module):
+    """A float32 Llama RMSNorm as PyTorch's rms_norm of its weight (the same bits, one operation instead of eight;
+    not in bfloat16, where the weight's product rounds differently); any other norm as it is."""
+    if type(module) is LlamaRMSNorm and module.weight.dtype == torch.float32:
+        return functools.partial(F.rms_norm, normalized_shape=module.weight.shape, weight=module.weight,
+                                 eps=module.variance_epsilon)
+    return module

@@ -1,0 +1,217 @@
+"""The model: loaded once per process, on the best device, with its tokenizer and what generation needs to know."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kvqa.config import Config
+from kvqa.errors import ModelError
+from kvqa.messages import Message
+from kvqa.model.attention import GROUPED_SDPA, _register_grouped_sdpa
+from kvqa.model.gemma_step import GemmaStep
+from kvqa.model.gemma_step import supports as can_step_gemma
+from kvqa.model.kernels.int8_kernel import Int8Kernel
+from kvqa.model.kv_cache import unsupported_reason
+from kvqa.model.llama_step import LlamaStep
+from kvqa.model.llama_step import supports as can_step
+from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model
+from kvqa.model.weights import Widening, cache_dtype, choose_weights, choose_widening, quantize, weight_bytes
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to prefill and answer."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    attn_implementation: str
+    context_length: int  # the most tokens the model reads: document + question + answer
+    eos_ids: frozenset[int]
+    load_s: float
+    decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
+    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.model.llama_step,
+    # kvqa.model.gemma_step)
+    weights: str = "fp32"  # the weights' form (kvqa.model.weights): fp32 as loaded, or int8
+    weight_bytes: int = 0  # what the weights hold in memory
+    kv_dtype: torch.dtype = torch.float32  # what the cache holds keys and values in (kvqa.model.weights.cache_dtype)
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+_loaded: dict[tuple, LoadedModel] = {}
+_lock = threading.Lock()
+
+
+def load_model(config: Config = Config(), *, progress: Stages | None = None) -> LoadedModel:
+    """The model named by config, loaded on first use and shared by every caller in the process. progress(fraction,
+    stage) as each stage of a load begins (converting an offline model, once; loading; preparing the weights)."""
+    device = choose_device(config.device)
+    weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device),  # "auto" and its form: one
+                             model=config.model, compile=config.compile == "on")
+    copy = str(config.cache_dir) if offline_model(config.model) else None  # an offline model's copy is its folder's
+    key = (config.model, copy, config.device, config.dtype, config.attn_implementation, config.compile, weights)
+    with _lock:
+        if key not in _loaded:
+            _loaded[key] = _load(config, progress=progress or (lambda fraction, stage: None))
+        return _loaded[key]
+
+
+def choose_device(name: str = "auto") -> torch.device:
+    """cuda if present, then mps, then cpu; or the device named."""
+    if name != "auto":
+        try:
+            device = torch.device(name)
+        except RuntimeError:
+            raise ModelError("model.unknown_device", name=name) from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ModelError("model.no_cuda")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def choose_dtype(name: str, device: torch.device) -> torch.dtype:
+    """bfloat16 on CUDA (float16 where bf16 is unsupported), float16 on MPS, float32 on CPU; or the dtype named."""
+    if name != "auto":
+        if name not in _DTYPES:
+            raise ModelError("model.unknown_dtype", name=name)
+        return _DTYPES[name]
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps":
+        return torch.float16
+    return torch.float32
+
+
+def choose_attention(name: str, device: torch.device) -> str:
+    """flash_attention_2 on CUDA when the flash_attn package is installed, else PyTorch's sdpa."""
+    if name != "auto":
+        return name
+    if device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def default_model_dir(cache_dir: Path) -> Path:
+    """The offline default's float32 copy, converted from its packaged GGUF on first use (kvqa.model.offline)."""
+    return model_dir(SMOLLM2, cache_dir)
+
+
+def model_source(name: str, cache_dir: Path, *, progress: Stages | None = None) -> str:
+    """What transformers loads for a model name: an offline model's converted folder (converted first when there is
+    none: progress says its stages), else the name itself."""
+    offline = offline_model(name)
+    return str(model_dir(offline, cache_dir, progress=progress)) if offline else name
+
+
+def _load(config: Config, *, progress: Stages) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    device = choose_device(config.device)
+    dtype = choose_dtype(config.dtype, device)
+    attn = choose_attention(config.attn_implementation, device)
+    source = model_source(config.model, config.cache_dir, progress=progress)
+    progress(0.7, Message("load.weights", name=config.model))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
+    except (OSError, ValueError, ImportError) as e:
+        raise ModelError(_load_failure(config.model, e)) from None
+    progress(0.9, Message("load.prepare", name=config.model))
+    return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
+                   compile=config.compile == "on", weights=config.weights)
+
+
+def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
+            compile: bool = False, weights: str = "fp32", widening: Widening | None = None,
+            kernel: Int8Kernel | None = None) -> LoadedModel:
+    """Check a model is supported, move it to its device in eval mode, put its weights in the form named
+    (kvqa.model.weights.choose_weights; int8's short products through `kernel` and long ones widened as `widening` says,
+    defaults this CPU's choose_kernel() and choose_widening()), and describe it. compile: decode through
+    compiled_decode_step()."""
+    if "cache" not in inspect.signature(model.forward).parameters:  # transformers < 5.24 ignores cache=, silently
+        import transformers
+
+        raise ModelError("model.old_transformers", version=transformers.__version__)
+    reason = unsupported_reason(model.config)
+    if reason:
+        raise ModelError("model.unsupported", name=name, reason=reason)
+    model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
+    weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
+    widening = widening or choose_widening()
+    quantize(model, weights, widening, kernel)
+    _register_grouped_sdpa()
+    if device.type == "cpu" and model.config._attn_implementation == "sdpa":
+        model.set_attn_implementation(GROUPED_SDPA)
+    text_config = model.config.get_text_config(decoder=True)
+    eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    for token in (tokenizer.eos_token, "<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>"):
+        if token and token in tokenizer.get_vocab():
+            eos_ids.add(tokenizer.convert_tokens_to_ids(token))
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        device=device,
+        dtype=next(model.parameters()).dtype,
+        attn_implementation=model.config._attn_implementation,
+        context_length=int(getattr(text_config, "max_position_embeddings", 0) or 2048),
+        eos_ids=frozenset(eos_ids),
+        load_s=time.perf_counter() - load_started if load_started else 0.0,
+        decode_step=compiled_decode_step(model, device) if compile else None,
+        step=written_out_step(model, device),
+        weights=weights,
+        weight_bytes=weight_bytes(model),
+        kv_dtype=cache_dtype(model),
+    )
+
+
+def written_out_step(model, device: torch.device) -> Callable | None:
+    """The one-token step written out for this model where kvqa has one (Llama-family, Gemma 3; on the CPU)."""
+    if can_step(model, device):
+        return LlamaStep(model)
+    if can_step_gemma(model, device):
+        return GemmaStep(model)
+    return None
+
+
+def compiled_decode_step(model, device: torch.device) -> Callable:
+    """One decode step, (ids (1, 1), position (1, 1), static cache) -> logits (1, vocab), under torch.compile with
+    fixed shapes per document: CUDA graphs on a GPU ("reduce-overhead": no Python or kernel launches per layer),
+    fused small ops on the CPU. Compiled once, on the first step, for any cache capacity (dynamic=True: the capacity
+    is symbolic); a CUDA graph is recorded per capacity, i.e. per document, and replayed for its every token."""
+    def step(ids: torch.Tensor, position: torch.Tensor, cache) -> torch.Tensor:
+        return model(input_ids=ids, position_ids=position, cache=cache, use_cache=True).logits[:, -1]
+
+    return torch.compile(step, mode="reduce-overhead" if device.type == "cuda" else "default", dynamic=True)
+
+
+def _load_failure(name: str, error: Exception) -> Message:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    hint = "model.hint_check"
+    if "gated" in text.lower() or "401" in text or "403" in text or "access" in text.lower():
+        hint = "model.hint_gated"
+    elif "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower():
+        hint = "model.hint_offline"
+    return Message("model.load_failed", name=name, hint=Message(hint), detail=text)

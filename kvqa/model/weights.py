@@ -1,0 +1,232 @@
+"""The weights' form: float32 as loaded, or int8 (one byte a weight) on the CPU.
+
+Decoding reads every weight once per token, so on a CPU its time is mostly bytes / memory bandwidth. int8 stores
+each row of every linear layer (attention, MLP, the output layer) and of the token embedding as int8 times one
+bfloat16 scale per row (symmetric, round to nearest): a quarter of float32's bytes. Products of few input rows (a
+decode step, a drafted run) run through an int8 kernel (kvqa.model.kernels.int8_kernel: kvqa's own, built for this CPU,
+float32
+inputs and sums; or torch's `_weight_int8pack_mm`, inputs rounded to bfloat16), which reads each weight as its one
+byte: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
+question's turn, a prefill chunk) are compute-bound, and those kernels are slow there: the int8 rows are widened for
+that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
+then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
+`Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
+bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.kv_dtype): half the bytes a decode
+step reads at a long context and a question's turn attends to, and half the memory. Everything else between the
+products (norms, the residual stream) stays float32. The roundings mean a cached answer is
+promised bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:
+tests/test_weights.py and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kvqa.errors import ModelError
+from kvqa.model.kernels.int8_kernel import Int8Kernel, choose_kernel
+
+FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
+MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
+# Models whose int8 answers on the real sets held the gold within 2 points of float32's (docs/quality.md): auto picks
+# int8 for these alone. Gemma 3 270M lost 2.4 and 2.8 points in Chinese, so it keeps float32; others: not measured.
+INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct",)
+
+
+@dataclass(frozen=True)
+class Widening:
+    """From `rows` input rows on, a product widens the int8 rows to `dtype` instead of running the int8 kernel."""
+
+    dtype: torch.dtype
+    rows: int
+    cache: torch.dtype = torch.float32  # the dtype the cache holds the keys and values in
+
+    def __str__(self) -> str:
+        dtype, cache = (str(t).removeprefix("torch.") for t in (self.dtype, self.cache))
+        return f"{dtype} products from {self.rows} rows" + (f", {cache} cache" if self.cache != torch.float32 else "")
+
+
+# Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
+# product overtakes torch's near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16 (kvqa's kernel near
+# 28 rows; 16 kept, docs/performance.md).
+TO_FLOAT32 = Widening(torch.float32, 128)
+TO_BFLOAT16 = Widening(torch.bfloat16, 16, cache=torch.bfloat16)
+
+
+def choose_widening() -> Widening:
+    """bfloat16 products where the CPU has AMX's bfloat16 tiles (measured faster from 16 rows on), else float32's."""
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)  # private, so looked up: torch 2.3 and later
+    return TO_BFLOAT16 if amx() else TO_FLOAT32
+
+
+class Linear(torch.nn.Module):
+    """y = x W^T on a float32 weight that may be a view of a larger matrix (kvqa.model.llama_step's fused
+    projections)."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight)
+
+
+class Int8Linear(torch.nn.Module):
+    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row; products of fewer than
+    `widening.rows` input rows run through `kernel` (default: choose_kernel()), longer ones widen the rows first
+    (Widening)."""
+
+    def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32,
+                 kernel: Int8Kernel | None = None):
+        super().__init__()
+        self.register_buffer("rows", rows)
+        self.register_buffer("scales", scales)
+        self.widening = widening
+        self.kernel = kernel or choose_kernel()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return int8_product(self.rows, self.scales, self.widening, self.kernel, x)
+
+    @property
+    def in_features(self) -> int:
+        return self.rows.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.rows.shape[0]
+
+
+def int8_product(rows: torch.Tensor, scales: torch.Tensor, widening: Widening, kernel: Int8Kernel,
+                 x: torch.Tensor) -> torch.Tensor:
+    """x W^T for W = rows times scales (Int8Linear's forward)."""
+    flat = x.reshape(-1, x.shape[-1])
+    if flat.shape[0] < widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
+        y = kernel(flat, rows, scales).to(x.dtype)
+    elif widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
+        y = F.linear(flat.to(torch.bfloat16), rows.to(torch.bfloat16)).to(x.dtype) * scales.to(x.dtype)
+    else:  # compute-bound: float32's product, on the weights widened once
+        y = F.linear(flat, rows.to(x.dtype) * scales.to(x.dtype)[:, None])
+    return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def product(linear: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A bias-free linear layer's y = x W^T as a plain function, its weights looked up once: the written-out decode
+    steps call some 200 a token, and a module call with its buffer lookups costs microseconds. Any other module as
+    it is."""
+    if isinstance(linear, Int8Linear):
+        return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel)
+    if isinstance(linear, (Linear, torch.nn.Linear)) and getattr(linear, "bias", None) is None:
+        return functools.partial(F.linear, weight=linear.weight)
+    return linear
+
+
+class Int8Embedding(torch.nn.Module):
+    """The token embedding from int8 rows (shared with the output layer when tied), times the model's own embedding
+    scale where it has one (Gemma 3 scales by sqrt(hidden))."""
+
+    def __init__(self, rows: torch.Tensor, scales: torch.Tensor, embed_scale: torch.Tensor | None):
+        super().__init__()
+        self.register_buffer("rows", rows)
+        self.register_buffer("scales", scales)
+        self.embed_scale = embed_scale
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = F.embedding(ids, self.rows).float() * F.embedding(ids, self.scales[:, None]).float()
+        return x if self.embed_scale is None else x * self.embed_scale.to(x.dtype)
+
+
+def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per row: (rows, bfloat16 scales) with rows * scales as close to weight as int8 allows."""
+    weight = weight.detach().float()
+    scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).to(torch.bfloat16)
+    rows = torch.round(weight / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
+    return rows, scales
+
+
+def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, model: str = "",
+                   compile: bool = False) -> str:
+    """The form Config.weights names. auto: int8 for a model of INT8_KEEPS_ANSWERS in float32 on an x86 CPU with AVX2
+    or AVX-512 (docs/performance.md measures why) unless the decode step is compiled (Config.compile, tested on
+    float32 weights); else fp32, the loaded weights unchanged."""
+    if name == "auto":
+        measured = torch.backends.cpu.get_cpu_capability() in MEASURED_CPUS and model in INT8_KEEPS_ANSWERS
+        return "int8" if device.type == "cpu" and dtype == torch.float32 and not compile and measured else "fp32"
+    if name not in FORMS:
+        raise ModelError("model.unknown_weights", name=name, forms=", ".join(("auto",) + FORMS))
+    if name == "int8" and (device.type != "cpu" or dtype != torch.float32):
+        raise ModelError("model.int8_cpu_only", device=device.type, dtype=str(dtype).removeprefix("torch."))
+    return name
+
+
+@torch.no_grad()
+def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None,
+             kernel: Int8Kernel | None = None) -> torch.nn.Module:
+    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, their short
+    products through `kernel` (default: choose_kernel()), their long ones widened as `widening` says (default:
+    choose_widening())."""
+    if form == "fp32":
+        return model
+    widening = widening or choose_widening()
+    kernel = kernel or choose_kernel()
+    embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight.data_ptr() == embedding.weight.data_ptr()
+    for name, child in model.named_modules():  # the int8 kernels read 16 weights at a time (torch's misreads others)
+        if isinstance(child, torch.nn.Linear) and child.in_features % 16:
+            raise ModelError("model.int8_width", layer=name, width=child.in_features)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, torch.nn.Linear) and child.bias is None and not (tied and child is head):
+                setattr(parent, name, Int8Linear(*int8_rows(child.weight), widening, kernel))
+    rows, scales = int8_rows(embedding.weight)
+    model.set_input_embeddings(Int8Embedding(rows, scales, getattr(embedding, "embed_scale", None)))
+    if tied:
+        model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))  # one int8 matrix for both
+    model.config.kvqa_weights = form
+    model.config.kvqa_products = f"{kernel} below {widening.rows} rows, {widening}"
+    model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
+    return model
+
+
+def cache_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype the model's cache holds keys and values in: the widening's for int8 weights, else the model's."""
+    name = getattr(model.config, "kvqa_cache_dtype", None)
+    return getattr(torch, name) if name else next(model.parameters()).dtype
+
+
+def products_of(model: torch.nn.Module) -> str:
+    """How the model's int8 products run (the kernel for short ones, the Widening for long ones); "" for float32
+    weights. It changes a cache's bits."""
+    return getattr(getattr(model, "config", None), "kvqa_products", "")
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes the model's weights hold (parameters and int8 buffers), a storage shared by two names counted once."""
+    tensors = [p for _, p in model.named_parameters(remove_duplicate=False)] + [
+        t for m in model.modules() if isinstance(m, (Int8Linear, Int8Embedding)) for t in (m.rows, m.scales)]
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+
+def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
+    """One module computing the linears' outputs side by side, from one matrix that holds their rows one under the
+    other; each linear's rows become a view of it (nothing is held twice)."""
+    if all(isinstance(linear, Int8Linear) for linear in linears):
+        fused = Int8Linear(torch.cat([linear.rows for linear in linears]),
+                           torch.cat([linear.scales for linear in linears]), linears[0].widening, linears[0].kernel)
+        start = 0
+        for linear in linears:
+            n = linear.out_features
+            linear.rows, linear.scales = fused.rows[start: start + n], fused.scales[start: start + n]
+            start += n
+        return fused
+    fused = Linear(torch.cat([linear.weight for linear in linears]))
+    start = 0
+    for linear in linears:
+        n = linear.weight.shape[0]
+        linear.weight = torch.nn.Parameter(fused.weight[start: start + n], requires_grad=False)
+        start += n
+    return fused
