@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = kvqa.LocalEngine(config, lm=lm)
         doc = engine.prefill(document)
         question = "What does the document say about word12 and word40?"
-        answers = [kvqa.session.ask(engine, doc, question).answer for _ in range(2)]
+        answers = [kvqa.ask(engine, doc, question).answer for _ in range(2)]
         t = answers[-1].timings
         row = {"config": name, "dtype": str(lm.dtype).removeprefix("torch."), "tokens": doc.tokens,
                "prefill_tokens_per_s": round(doc.tokens_per_s, 1), "ttft_s": round(t.ttft_s, 3),

@@ -117,8 +117,9 @@ def test_refusals_with_a_document_and_while_an_answer_streams(server, fresh_page
     ask(page, "Describe the whole document in detail, paragraph by paragraph.")
     page.locator('[data-testid="bot"]').first.wait_for(timeout=60_000)  # the answer is being written
     other = "zh" if page.lang == "en" else "en"
-    page.locator("#language").get_by_label(NAMES[other]).check()
+    page.locator("#language").get_by_label(NAMES[other]).click()  # not check(): the page puts the choice back at once
     warned(page, said["language"])
+    expect(page.locator("#language").get_by_label(NAMES[page.lang])).to_be_checked()  # put back as it was
     page.locator("#stop").click()
     page.locator('[data-testid="bot"]').first.get_by_text(said["stopped"]).wait_for(timeout=60_000)
     assert page.locator('[data-testid="bot"]').count() == 1

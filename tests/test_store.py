@@ -330,7 +330,7 @@ engine = kvqa.make_engine(kvqa.Config(max_new_tokens=12, max_question_tokens=64)
                           store=KVStore(sys.argv[1], 2**30))
 doc = engine.prefill(kvqa.document_from_text(sys.argv[2]))
 engine.store.flush()
-print(json.dumps({"source": doc.origin, "answer": kvqa.session.ask(engine, doc, "What is the code word?").answer.text}))
+print(json.dumps({"source": doc.origin, "answer": kvqa.ask(engine, doc, "What is the code word?").answer.text}))
 """
 
 
