@@ -47,7 +47,7 @@ test-fast: setup
 mutation: setup
 	$(PY) -m pip install --quiet mutmut==3.8.1
 	$(VENV)/bin/mutmut run "kvqa.model.kv_cache.*" "kvqa.cache.store.*" "kvqa.documents.uploads.*" "kvqa.session.session.*" \
-	  "kvqa.generation.generate.x_decode_n_tokens*" "kvqa.generation.generate.x_decode_one_token*" "kvqa.generation.generate.x__answer_on_cache*"
+	  "kvqa.generation.decode.*" "kvqa.generation.generate.x__answer_on_cache*"
 	$(VENV)/bin/mutmut results
 
 lint: setup

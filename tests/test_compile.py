@@ -10,7 +10,8 @@ import torch
 
 import kvqa
 from kvqa.config import config_from_env
-from kvqa.generation.generate import decode_one_token, run_chunks
+from kvqa.generation.decode import decode_one_token
+from kvqa.generation.generate import run_chunks
 from kvqa.model.kv_cache import new_cache
 from kvqa.model.loading import compiled_decode_step
 

@@ -1,6 +1,6 @@
 """The decode loop's bookkeeping on the tiny random Llama: why an answer ended (length, EOS, a line end, Stop), the
 counts and times it reports, and sampling without a seed. Written for mutmut's survivors in
-kvqa.generation.generate.decode_n_tokens (docs/testing.md); each test names the mutations it guards."""
+kvqa.generation.decode.decode_n_tokens (docs/testing.md); each test names the mutations it guards."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import pytest
 import torch
 
 import kvqa
-import kvqa.generation.generate
+import kvqa.generation.decode
 from conftest import tiny_llama
 from kvqa.config import PLAIN
-from kvqa.generation.generate import decode_n_tokens, run_chunks
+from kvqa.generation.decode import Asked, decode_n_tokens
+from kvqa.generation.generate import run_chunks
 
 TEXT = "The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. " * 4
 QUESTION = "When does the museum open?"
 NEW = 10
-REAL_CHOOSE = kvqa.generation.generate.choose
+REAL_CHOOSE = kvqa.generation.decode.choose
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +42,9 @@ def streamed(lm, doc, options=PLAIN, **kw) -> tuple[list[str], kvqa.Answer]:
     ids = doc.prompt.question_ids(QUESTION, limit=doc.max_question_tokens, history=(), quotes=[])
     try:
         logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
-        *pieces, answer = decode_n_tokens(lm, logits, doc.cache, options, question=QUESTION, question_tokens=len(ids),
-                                          max_new_tokens=kw.pop("max_new_tokens", NEW), started=time.perf_counter(),
-                                          used_cache=True, **kw)
+        asked = Asked(question=QUESTION, question_tokens=len(ids), max_new_tokens=kw.pop("max_new_tokens", NEW),
+                      started=time.perf_counter(), used_cache=True, **kw)
+        *pieces, answer = decode_n_tokens(lm, logits, doc.cache, options, asked)
     finally:
         doc.cache.rollback(doc.tokens)
     assert "".join(pieces) == answer.text and all(pieces)  # the pieces add up to the answer, none of them empty
@@ -56,14 +57,14 @@ def decode(lm, doc, options=PLAIN, **kw) -> kvqa.Answer:
 
 
 def scripted_choices(monkeypatch, script: dict[int, int]) -> None:
-    """kvqa.generation.generate.choose returns script[n] at its n-th call (from 1), else the model's choice."""
+    """kvqa.generation.decode.choose returns script[n] at its n-th call (from 1), else the model's choice."""
     calls = []
 
     def choose(logits, temperature, generator):
         calls.append(1)
         return script[len(calls)] if len(calls) in script else REAL_CHOOSE(logits, temperature, generator)
 
-    monkeypatch.setattr(kvqa.generation.generate, "choose", choose)
+    monkeypatch.setattr(kvqa.generation.decode, "choose", choose)
 
 
 def test_a_plain_answer_counts_its_steps_and_times_them(tiny_lm, doc, plain, monkeypatch):
@@ -72,11 +73,11 @@ def test_a_plain_answer_counts_its_steps_and_times_them(tiny_lm, doc, plain, mon
     started at 1 (steps, rejected, singles) or 1.0 s (their time), `now - started` made `+`, and the loop's bound."""
     slept = 0.02
 
-    def slow_step(lm, token, cache, real=kvqa.generation.generate.decode_one_token):
+    def slow_step(lm, token, cache, real=kvqa.generation.decode.decode_one_token):
         time.sleep(slept)  # each step takes at least this long: the mean step cannot be shorter
         return real(lm, token, cache)
 
-    monkeypatch.setattr(kvqa.generation.generate, "decode_one_token", slow_step)
+    monkeypatch.setattr(kvqa.generation.decode, "decode_one_token", slow_step)
     started = time.perf_counter()
     answer = decode(tiny_lm, doc)
     wall = time.perf_counter() - started
@@ -121,7 +122,7 @@ def test_special_tokens_are_not_said_while_streaming(tiny_lm, doc, plain, monkey
 def rigged_drafter(monkeypatch, plain, contexts: list):
     """Drafting whose guesses are the plain answer's next tokens (the random model never copies from the document,
     so real guesses are never kept); records each Drafter's context."""
-    real_init = kvqa.generation.generate.Drafter.__init__
+    real_init = kvqa.generation.decode.Drafter.__init__
 
     def init(self, context, **options):
         contexts.append(list(context))
@@ -132,8 +133,8 @@ def rigged_drafter(monkeypatch, plain, contexts: list):
         said = len(self.seq) - self.start
         return list(plain.token_ids[said: said + k])
 
-    monkeypatch.setattr(kvqa.generation.generate.Drafter, "__init__", init)
-    monkeypatch.setattr(kvqa.generation.generate.Drafter, "propose", propose)
+    monkeypatch.setattr(kvqa.generation.decode.Drafter, "__init__", init)
+    monkeypatch.setattr(kvqa.generation.decode.Drafter, "propose", propose)
 
 
 def test_drafting_counts_what_it_kept_and_reads_the_prompt_and_sampling_never_drafts(tiny_lm, doc, plain,
@@ -227,8 +228,8 @@ def test_the_repetition_penalty_reaches_every_choice(tiny_lm, doc, plain, monkey
     in drafting's checks alike (the random model never repeats itself, so answers alone cannot show it; mutmut: the
     said tokens left out of `penalise`)."""
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
-    assert kvqa.generation.generate.penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]
-    real_penalise = kvqa.generation.generate.penalise
+    assert kvqa.generation.decode.penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]
+    real_penalise = kvqa.generation.decode.penalise
     for draft in (0, 1):
         said: list[tuple[int, ...]] = []
 
@@ -236,13 +237,14 @@ def test_the_repetition_penalty_reaches_every_choice(tiny_lm, doc, plain, monkey
             said.append(tuple(tokens))
             return real_penalise(logits, tokens, penalty)
 
-        monkeypatch.setattr(kvqa.generation.generate, "penalise", penalise)
+        monkeypatch.setattr(kvqa.generation.decode, "penalise", penalise)
         if draft:
             rigged_drafter(monkeypatch, plain, [])
         answer = kvqa.answer(tiny_lm, doc, QUESTION, repetition_penalty=2.0, draft_tokens=draft)
         assert answer.token_ids == plain.token_ids
-        assert all(s and plain.token_ids[:len(s)] == s for s in said), said  # all said before, in order
-        assert {len(s) for s in said} == set(range(1, NEW)), draft  # every choice after the first
+        assert said[0] == ()  # the first choice: nothing said yet
+        assert all(s and plain.token_ids[:len(s)] == s for s in said[1:]), said  # all said before, in order
+        assert {len(s) for s in said[1:]} == set(range(1, NEW)), draft  # every choice after the first
 
 
 def test_a_completion_prompts_answer_ends_at_its_line_end(default_tokenizer, monkeypatch):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.generation.generate import Drafter, penalise
+from kvqa.generation.decode import Drafter, penalise
 
 DOC = ("Pellacott Instruments was founded in 1994 by Ruth Calloway and Tomas Brandt in the town of Wrenford. "
        "Full-time employees receive twenty-seven days of annual leave. The IT helpdesk is on extension 4417. "
@@ -55,11 +55,11 @@ def test_drafted_answers_are_the_plain_answers(lm):
 def test_guesses_half_right_keep_the_right_ones_and_leave_no_trace_of_the_rest(tiny_lm, monkeypatch):
     """Every step's guesses are the plain answer's next two tokens, then wrong ones: the answer is still the plain one
     (it fails when rejected guesses are kept, in the answer or in the cache), and both kinds of guess happened."""
-    import kvqa.generation.generate as generate
+    import kvqa.generation.decode as decode
 
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
     plain = kvqa.answer(tiny_lm, doc, QUESTIONS[0]).token_ids
-    real_init = generate.Drafter.__init__
+    real_init = decode.Drafter.__init__
 
     def init(self, context, **options):
         real_init(self, context, **options)
@@ -71,8 +71,8 @@ def test_guesses_half_right_keep_the_right_ones_and_leave_no_trace_of_the_rest(t
         wrong = [(plain[said + 2] + 1) % tiny_lm.config.vocab_size] if said + 2 < len(plain) else [0]
         return (right + wrong * k)[:k]
 
-    monkeypatch.setattr(generate.Drafter, "__init__", init)
-    monkeypatch.setattr(generate.Drafter, "propose", propose)
+    monkeypatch.setattr(decode.Drafter, "__init__", init)
+    monkeypatch.setattr(decode.Drafter, "propose", propose)
     fast = kvqa.answer(tiny_lm, doc, QUESTIONS[0], draft_tokens=4)
     assert fast.token_ids == plain and doc.cache.length == doc.tokens
     assert fast.timings.drafted_tokens > 0 and fast.timings.rejected_tokens > 0

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 import kvqa
-import kvqa.generation.generate as generate
+import kvqa.generation.decode as decode
 from kvqa.documents.reading import combine, document_from_text
 from kvqa.evidence.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
 from kvqa.evidence.support import unsupported
@@ -166,14 +166,14 @@ def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm,
 
 def test_a_list_that_counts_up_is_a_loop(default_lm):
     tok = default_lm.tokenizer
-    digits = generate.number_tokens(tok)
+    digits = decode.number_tokens(tok)
     ids = tok("".join(f"{n}. It takes a structure that is defined by the structure name.\n" for n in range(2, 8)),
               add_special_tokens=False)["input_ids"]
-    assert generate.is_looping(ids, 12, digits=digits)
-    assert not generate.is_looping(ids, 12)  # without the number rule the counter hides the repetition
+    assert decode.is_looping(ids, 12, digits=digits)
+    assert not decode.is_looping(ids, 12)  # without the number rule the counter hides the repetition
     prose = tok("In 1791 the bridge opened; in 1802 it was widened, and in 1958 a second span was added for trains.",
                 add_special_tokens=False)["input_ids"]
-    assert not generate.is_looping(prose, 12, digits=digits)
+    assert not decode.is_looping(prose, 12, digits=digits)
 
 
 def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
@@ -182,7 +182,7 @@ def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
     cut = next(n for n in range(1, len(ids))  # mid-character, after at least one whole one
                if tok.decode(ids[:n]).endswith("\ufffd") and tok.decode(ids[:n]).rstrip("\ufffd"))
     script = iter(ids)
-    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))
     answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft_tokens=0)
     assert answer.stop_reason == "length" and len(answer.token_ids) == cut
@@ -207,7 +207,7 @@ def test_unsupported_lists_what_the_document_does_not_say(answer, missing):
 def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
     said = tiny_lm.tokenizer("Built in 1802.", add_special_tokens=False)["input_ids"]
     script = itertools.chain(said, itertools.repeat(next(iter(tiny_lm.eos_ids))))
-    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(script))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(script))
     doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config(max_new_tokens=16))
     answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft_tokens=0)
     assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)

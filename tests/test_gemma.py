@@ -14,7 +14,7 @@ import torch
 
 import kvqa
 from kvqa.evidence.sources import candidates, quotes
-from kvqa.generation.generate import line_end_tokens
+from kvqa.generation.decode import line_end_tokens
 from kvqa.generation.rerank import passage_order
 from kvqa.model.offline import GEMMA3, model_dir
 from kvqa.results import Question

@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
-from kvqa.generation.generate import decode_one_token, run_chunks
+from kvqa.generation.decode import decode_one_token
+from kvqa.generation.generate import run_chunks
 from kvqa.model.kv_cache import new_cache
 from kvqa.model.llama_step import supports
 from kvqa.model.loading import prepare

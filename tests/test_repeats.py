@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import kvqa
-import kvqa.generation.generate as generate
+import kvqa.generation.decode as decode
 from kvqa.generation.repeats import SentenceRepeats, ngrams, sentence_cut
 
 ASN1 = ("The function is defined as asn1_create_element, which is a function that is used to create a new element. "
@@ -113,7 +113,7 @@ def test_the_decode_loop_stops_repeating_before_the_sentence_said_again_on_both_
     and its pieces add up to the answer; the whole-span stop's switch (repeat_stop 0) turns this one off too."""
     ids = script(tiny_lm, ASN1)
     choices = iter(ids)
-    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(choices))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(choices))
     document = kvqa.document_from_text("A short document about nothing in particular.")
     config = kvqa.Config(max_new_tokens=len(ids))
     doc = kvqa.prefill(tiny_lm, document, config=config)
@@ -139,7 +139,7 @@ def test_a_repeat_cut_by_the_token_limit_is_dropped_at_the_end(tiny_lm, monkeypa
     ids = script(tiny_lm, ASN1)
     limit = len(script(tiny_lm, FIRST + " The function is defined as asn1_create_element, which is"))
     choices = iter(ids)
-    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(choices))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(choices))
     doc = kvqa.prefill(tiny_lm, kvqa.document_from_text("A short document."), config=kvqa.Config(max_new_tokens=limit))
     answer = kvqa.answer(tiny_lm, doc, "What is it?", repeat_stop=12, draft_tokens=0, quote_passages=0)
     assert answer.stop_reason == "repeating" and answer.text == FIRST and answer.timings.new_tokens == limit

@@ -8,15 +8,15 @@ import itertools
 import pytest
 
 import kvqa
-import kvqa.generation.generate as generate
+import kvqa.generation.decode as decode
 from kvqa.evidence.sources import find_sources, passages, terms
 from test_documents import make_pdf
 
 
 def test_repeated_tail_finds_the_period_and_the_run():
-    assert generate.repeated_tail([1, 2, 3, 1, 2, 3, 1, 2]) == (3, 5)
-    assert generate.repeated_tail([1, 2, 3, 4]) == (0, 0)
-    assert generate.repeated_tail([7] * 6) == (1, 5)
+    assert decode.repeated_tail([1, 2, 3, 1, 2, 3, 1, 2]) == (3, 5)
+    assert decode.repeated_tail([1, 2, 3, 4]) == (0, 0)
+    assert decode.repeated_tail([7] * 6) == (1, 5)
 
 
 @pytest.mark.parametrize("tokens,looping", [
@@ -29,13 +29,13 @@ def test_repeated_tail_finds_the_period_and_the_run():
     (list(range(60)), False),
 ])
 def test_what_counts_as_looping(tokens, looping):
-    assert generate.is_looping(tokens, 12) is looping
-    assert generate.is_looping(tokens, 0) is False  # 0 turns the rule off
+    assert decode.is_looping(tokens, 12) is looping
+    assert decode.is_looping(tokens, 0) is False  # 0 turns the rule off
 
 
 def test_a_looping_answer_stops_as_repeating_on_both_paths(tiny_lm, monkeypatch):
     cycle = itertools.cycle([11, 12, 13, 14, 15])
-    monkeypatch.setattr(generate, "choose", lambda logits, temperature, generator: next(cycle))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(cycle))
     document = kvqa.document_from_text("A short document about nothing in particular.")
     config = kvqa.Config(max_new_tokens=64)
     doc = kvqa.prefill(tiny_lm, document, config=config)

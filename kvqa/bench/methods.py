@@ -13,7 +13,8 @@ import torch
 
 from kvqa.documents.reading import Document
 from kvqa.evidence.sources import rank
-from kvqa.generation.generate import decode_one_token, run_chunks, stops_for
+from kvqa.generation.decode import decode_one_token, stops_for
+from kvqa.generation.generate import run_chunks
 from kvqa.generation.rerank import quoted
 from kvqa.model.attention import GROUPED_SDPA
 from kvqa.model.kv_cache import bytes_per_token, new_cache

@@ -1,4 +1,4 @@
-"""A sentence said again with small changes: the decode loop's second repeat stop, beside generate.is_looping (a
+"""A sentence said again with small changes: the decode loop's second repeat stop, beside decode.is_looping (a
 span said again whole). The answer is read as it grows, token by token, split into sentences and clauses at
 . ! ? ; (followed by a space), at 。！？；， and at line ends. A sentence repeats when most of its word trigrams
 (character trigrams for Chinese) were in one earlier sentence of the answer; the answer then ends before it

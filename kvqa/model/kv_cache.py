@@ -136,7 +136,7 @@ class KVCache(Cache):
 
     def static_view(self) -> Cache:
         """The same buffers as a fixed-shape cache for a compiled decode step
-        (kvqa.generation.generate.decode_one_token):
+        (kvqa.generation.decode.decode_one_token):
         every forward sees the whole capacity, later positions hidden by the causal mask, and the write position is
         a tensor, so the shapes and addresses a compiled graph (or a CUDA graph) captures never change from token
         to token or question to question. Built once per cache; call advance(n) after each step."""
