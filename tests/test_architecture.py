@@ -181,3 +181,11 @@ def test_no_issue_numbers_in_the_code_the_tests_or_the_docs():
              *(ROOT / "scripts").glob("*.py"), *(ROOT / "docs").glob("*.md")]
     assert [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files
             for m in number.finditer(p.read_text(encoding="utf-8"))] == []
+
+
+def test_the_decode_loop_stays_small():
+    """The loop only loops: choosing, stopping, detokenizing and drafting are its parts (kvqa.generation.decode)."""
+    tree = ast.parse((PACKAGE / "generation" / "decode.py").read_text())
+    loop = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "decode_n_tokens")
+    arguments = loop.args.posonlyargs + loop.args.args + loop.args.kwonlyargs
+    assert loop.end_lineno - loop.lineno + 1 <= 40 and len(arguments) <= 6
