@@ -191,18 +191,19 @@ class Detokenizer:
         self.tokens: list[int] = []
         self.done = ""  # the text of tokens[:read], whole characters
         self.prefix = self.read = 0  # the window: tokens[prefix:read] decoded as context, tokens[read:] as new
+        self.before = ""  # the text of the window's context, decoded once for every step until the window moves
         self.text = ""
 
     def add(self, token: int) -> str:
         self.tokens.append(token)
-        before = self._decode(self.tokens[self.prefix:self.read])
         window = self._decode(self.tokens[self.prefix:])
-        if not window.startswith(before):  # the new token changed the text before it: decode from the start
-            self.done, self.prefix, self.read = "", 0, 0
-            before, window = "", self._decode(self.tokens)
-        new = window[len(before):]
+        if not window.startswith(self.before):  # the new token changed the text before it: decode from the start
+            self.done, self.prefix, self.read, self.before = "", 0, 0, ""
+            window = self._decode(self.tokens)
+        new = window[len(self.before):]
         if new and not new.endswith("\ufffd"):
             self.done, self.prefix, self.read, new = self.done + new, self.read, len(self.tokens), ""
+            self.before = self._decode(self.tokens[self.prefix:self.read])
         self.text = (self.done + new).lstrip() if self.strip else self.done + new
         return self.text
 
