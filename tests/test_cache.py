@@ -12,6 +12,7 @@ from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
 from kvqa.model.kv_cache import (
     KVCache,
     bytes_per_token,
+    cache_bytes,
     cache_from_tensors,
     kv_bytes,
     new_cache,
@@ -105,6 +106,14 @@ def test_nbytes_counts_the_whole_capacity_and_kv_bytes_the_formula():
     plain = GPT2Config(n_layer=2, n_embd=16, n_head=4)  # no key/value heads of its own, no head_dim: the fallbacks
     per_token = bytes_per_token(plain, torch.float32)
     assert per_token == 2 * 2 * 4 * (16 // 4) * 4 and isinstance(per_token, int)
+
+
+def test_cache_bytes_is_what_the_cache_holds_and_its_filled_part_what_the_store_writes():
+    config = LlamaConfig(num_hidden_layers=2, hidden_size=8, num_attention_heads=2, num_key_value_heads=HEADS)
+    cache = cache_from_tensors(config, [kv(10, seed=i) for i in range(2)], capacity=10 + 6)
+    assert cache_bytes(config, torch.float32, 10, 6) == cache.nbytes == 2 * 2 * HEADS * 16 * DIM * 4
+    assert cache_bytes(config, torch.float32, 10, 0) == sum(k.nbytes + v.nbytes for k, v in cache.tensors())
+    assert cache_bytes(config, torch.bfloat16, 10, 6) == cache.nbytes // 2
 
 
 def test_a_sliding_window_layer_hands_attention_only_what_its_tokens_see():

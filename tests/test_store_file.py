@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from kvqa.cache.store import FORMAT, CacheKey, KVStore, text_sha256
+from kvqa.cache.store import FORMAT, CacheKey, KVStore, file_bytes, text_sha256
 
 KEY = CacheKey(model="m", weights="w" * 32, dtype="float32", device="cpu", attention="sdpa",
                text_sha256=text_sha256("a document"))
@@ -140,6 +140,7 @@ def test_a_cache_larger_than_the_limit_is_not_written(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="kvqa.cache.store"):
         assert not KVStore(tmp_path / "small", nbytes - 1).write(KEY, IDS, "01 Dec 2026", kv)
     assert "larger than the store's limit" in caplog.text and not (tmp_path / "small").exists()
+    assert file_bytes(store.path(KEY)) == store.size_bytes == nbytes and file_bytes(tmp_path / "small") is None
     assert KVStore(tmp_path / "exact", nbytes).write(KEY, IDS, "01 Dec 2026", kv)  # exactly the limit fits
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-from kvqa.cache.store import CacheKey, KVStore, StoredCache, text_sha256
+from kvqa.cache.store import CacheKey, KVStore, StoredCache, file_bytes, text_sha256
 from kvqa.config import Config
 from kvqa.documents.reading import Document
 from kvqa.errors import KvqaError
 from kvqa.generation.generate import check_fits, out_of_memory_as_error, prefill, prefix_of
 from kvqa.model.kernels.decode_attention import choose_decode_attention
-from kvqa.model.kv_cache import bytes_per_token, cache_from_tensors
+from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt, prompt_for
 from kvqa.results import PrefilledDocument
@@ -41,9 +40,9 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     file_bytes): whether restoring a stored file is worth it here (else the document is read again, its file kept)."""
     prompt, ids = prefix_of(lm, document, config=config)
     if admit is not None:  # once, for either way: the cache is the same size
-        admit(bytes_per_token(lm.config, lm.kv_dtype) * (len(ids) + config.reserve_tokens))
+        admit(cache_bytes(lm.config, lm.kv_dtype, len(ids), config.reserve_tokens))
     key = cache_key(lm, document, weights=weights)
-    stored = _size(store.path(key))
+    stored = file_bytes(store.path(key))
     if stored is None or restore_if is None or restore_if(len(ids), stored):
         restored = restore(lm, document, store, key, prefix=(prompt, ids), config=config)
         if restored is not None:
@@ -52,13 +51,6 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     if stored is None:  # a file that is there stays as it is
         store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors(), read_s=doc.prefill_s)  # views
     return doc
-
-
-def _size(path: Path) -> int | None:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
 
 
 def restore(lm: LoadedModel, document: Document, store: KVStore, key: CacheKey, *, prefix: tuple[Prompt, list[int]],

@@ -244,15 +244,15 @@ class KVStore:
 
     @property
     def size_bytes(self) -> int:
-        return sum(_size(p) for p in self.entries())
+        return sum(file_bytes(p) or 0 for p in self.entries())
 
     def _make_room(self, nbytes: int, *, keep: Path) -> None:
         files = [p for p in self.entries() if p != keep]
-        total = sum(_size(p) for p in files)
+        total = sum(file_bytes(p) or 0 for p in files)
         for old in files:
             if total + nbytes <= self.limit_bytes:
                 break
-            total -= _size(old)
+            total -= file_bytes(old) or 0
             self._remove(old)
 
     def _remove_stale_temporaries(self) -> None:
@@ -294,11 +294,12 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _size(path: Path) -> int:
+def file_bytes(path: Path) -> int | None:
+    """The size of the file at `path`, None when there is none (or it cannot be looked at)."""
     try:
         return path.stat().st_size
     except OSError:
-        return 0
+        return None
 
 
 def store_for(config) -> KVStore | None:

@@ -35,7 +35,7 @@ from kvqa.generation.generate import (
     stream,
     stream_without_cache,
 )
-from kvqa.model.kv_cache import bytes_per_token, cache_from_tensors
+from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
 from kvqa.model.loading import LoadedModel, load_model
 from kvqa.model.offline import Stages
 
@@ -185,7 +185,7 @@ class ZeroGPUEngine:
         lm = self.local.lm
         prefix = prefix_of(lm, document, config=self.config)  # once, here: a bad document never reaches the GPU
         if admit is not None:  # the GPU's cache has the model's dtype there; bf16 on ZeroGPU's H200
-            admit(bytes_per_token(lm.config, _gpu_dtype(self.config)) * (len(prefix[1]) + self.config.reserve_tokens))
+            admit(cache_bytes(lm.config, _gpu_dtype(self.config), len(prefix[1]), self.config.reserve_tokens))
         restored = self._restore(document, prefix)
         if restored is not None:
             return restored

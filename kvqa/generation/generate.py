@@ -26,7 +26,7 @@ from kvqa.generation.decode import Asked, decode_n_tokens, stops_for
 from kvqa.generation.rerank import quoted
 from kvqa.memory import release_memory
 from kvqa.messages import Message
-from kvqa.model.kv_cache import KVCache, bytes_per_token, new_cache
+from kvqa.model.kv_cache import KVCache, cache_bytes, new_cache
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt, prompt_for
 from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question
@@ -85,8 +85,9 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
     `prefix`: prefix_of()'s result when the caller has it already (ZeroGPU tokenizes on the CPU side)."""
     prompt, ids = prefix or prefix_of(lm, document, config=config)
     reserve = config.reserve_tokens
+    nbytes = cache_bytes(lm.config, lm.kv_dtype, len(ids), reserve)
     if admit is not None:
-        admit(bytes_per_token(lm.config, lm.kv_dtype) * (len(ids) + reserve))
+        admit(nbytes)
     started = now(lm.device)
     with out_of_memory_as_error("doing.reading"):
         cache = new_cache(lm.config, len(ids) + reserve, lm.kv_dtype)
@@ -94,7 +95,7 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
             run_chunks(lm, ids[start: start + config.chunk_size], cache, chunk_size=config.chunk_size)
             yield min(start + config.chunk_size, len(ids)) / len(ids)
     prefill_s = now(lm.device) - started
-    assert cache.length == len(ids) and cache.nbytes == bytes_per_token(lm.config, lm.kv_dtype) * cache.capacity
+    assert cache.length == len(ids) and cache.nbytes == nbytes
     return PrefilledDocument(
         document=document, prompt=prompt, ids=tuple(ids), cache=cache, cache_bytes=cache.nbytes,
         prefill_s=prefill_s, model_name=lm.name, max_question_tokens=config.max_question_tokens,

@@ -210,6 +210,12 @@ def bytes_per_token(model_config, dtype: torch.dtype) -> int:
     return kv_bytes(c.num_hidden_layers, kv_heads, head_dim, dtype.itemsize)
 
 
+def cache_bytes(model_config, dtype: torch.dtype, tokens: int, reserve: int) -> int:
+    """The bytes a document's cache takes: `tokens` prefix tokens plus the `reserve` for a question and its answer,
+    in `dtype` (new_cache's nbytes for that capacity). What a prefill or a restore is admitted for."""
+    return bytes_per_token(model_config, dtype) * (tokens + reserve)
+
+
 def kv_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
     """2 (keys and values) x layers x kv_heads x head_dim x bytes per element."""
     return 2 * layers * kv_heads * head_dim * itemsize
