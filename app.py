@@ -1,9 +1,11 @@
 """kvqa's browser app: upload or paste a document, which is read once; ask questions answered from its cache.
 
-This file builds the page and wires its events; the handlers and views live in kvqa/ui/ (one module per concern) and
-every decision about documents, models, caches and answers in the kvqa package. The one composition root is
-`KvqaApp(config, engine)`: `demo` (built from the environment) can be imported without launching or loading the
-model; `python app.py` builds its own from the command line and serves it.
+This file lays out the page and wires its events; the handlers and views live in kvqa/ui/ (one module per concern),
+the app's sessions in kvqa.session.service, and every decision about documents, models, caches and answers in the
+kvqa package. The one composition root is `KvqaApp(config, engine)`: it assembles the service, the page (a frozen
+Page of components), the views and the handlers (each given what it uses) and wires them. `demo` (built from the
+environment) can be imported without launching or loading the model; `python app.py` builds its own from the command
+line and serves it.
 """
 
 from __future__ import annotations
@@ -11,238 +13,166 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 import gradio as gr
 
-from kvqa import KvqaError, load_document
+from kvqa import KvqaError
 from kvqa.cache.budget import CacheBudget
 from kvqa.cache.store import store_for
 from kvqa.config import Config, config_from_env
 from kvqa.engines import Engine, make_engine
-from kvqa.errors import BusyError
-from kvqa.messages import CATALOG, LANGUAGES, language_of, say
+from kvqa.messages import LANGUAGES
 from kvqa.model.presets import offered
+from kvqa.session.service import Service
 from kvqa.session.session import Session
-from kvqa.ui import warn
-from kvqa.ui.answers import chat_messages
 from kvqa.ui.api import Api
-from kvqa.ui.asking import Asking, waiting_messages
-from kvqa.ui.evidence import EvidenceViewer
-from kvqa.ui.export import conversation_files
-from kvqa.ui.latency import latency_plot, latency_summary, latency_table
-from kvqa.ui.loading import Loading
-from kvqa.ui.reading import Reading
-from kvqa.ui.status import AHEAD_TICK_S, StatusPanel
+from kvqa.ui.asking import Questions
+from kvqa.ui.evidence import EvidenceView
+from kvqa.ui.export import on_export
+from kvqa.ui.language import Language, PageTexts
+from kvqa.ui.latency import latency_table
+from kvqa.ui.loading import Reads
+from kvqa.ui.page import Page
+from kvqa.ui.panels import Panels
+from kvqa.ui.status import AHEAD_TICK_S, StatusView
+from kvqa.ui.tabs import Tabs
 
-SAMPLE = Path(__file__).parent / "assets" / "declaration-of-independence.md"
+
+def close_session(session: Session | None) -> None:
+    """The page's state expired or the tab closed: free the session's cache."""
+    if session is not None:
+        session.close()
 
 
-class KvqaApp(Reading, StatusPanel, EvidenceViewer, Loading, Asking, Api):
-    """The page over the app's sessions (Reading): its components, built once by build() and kept as attributes so
-    handlers return outputs by name, and the handlers by concern (kvqa/ui/). Every handler for the page takes `lang`
-    (the language switch's value) and says everything in it."""
+def layout(texts: PageTexts, models: list[str], *, ttl_s: float) -> Page:
+    """The page's components, inside the Blocks being built; the fixed texts are message ids shown through gr.I18n
+    (launch the page with i18n=texts.i18n)."""
+    localized, i18n = texts.localized, texts.i18n
+    state = gr.State(None, time_to_live=ttl_s, delete_callback=close_session)
+    with gr.Row(equal_height=True):
+        localized(gr.Markdown, {"value": "ui.intro"})
+        lang = gr.Radio([(name, code) for code, name in LANGUAGES.items()], value="en", label="Language · 语言",
+                        elem_id="language", scale=0, min_width=180)
+    promise_box = gr.Markdown(elem_id="promise")
+    model_box = (localized(gr.Dropdown, {"label": "ui.model"}, choices=models, value=models[0], elem_id="model")
+                 if len(models) > 1 else None)
+    with gr.Row():
+        with gr.Column(scale=2):
+            # no file_types: Gradio drops a file of another kind without a word; kvqa says what it reads
+            upload = localized(gr.File, {"label": "ui.upload"}, type="filepath", file_count="multiple",
+                               elem_id="upload")
+            pasted = localized(gr.Textbox, {"label": "ui.paste"}, lines=5, max_lines=12, elem_id="paste")
+            with gr.Row():
+                read_btn = localized(gr.Button, {"value": "ui.read_pasted"}, elem_id="read")
+                sample_btn = localized(gr.Button, {"value": "ui.sample"}, elem_id="sample")
+            status = gr.Markdown(i18n("ui.no_document"), elem_id="doc-status")
+            with gr.Row():
+                part = localized(gr.Textbox, {"label": "ui.part", "placeholder": "ui.part_placeholder"}, scale=3,
+                                 elem_id="part")
+                part_btn = localized(gr.Button, {"value": "ui.read_part"}, scale=1, elem_id="read-part")
+            with localized(gr.Accordion, {"label": "ui.limits_label"}, open=False, elem_id="limits-box"):
+                localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
+            with localized(gr.Accordion, {"label": "ui.evidence"}, open=True, elem_id="evidence"):
+                evidence_pick = localized(gr.Dropdown, {"label": "ui.evidence_pick"}, choices=[],
+                                          elem_id="evidence-pick")
+                evidence_page = gr.Image(type="pil", interactive=False, show_label=False, visible=False,
+                                         elem_id="evidence-page", format="png")
+                evidence_text = gr.HTML(i18n("evidence.none"), elem_id="evidence-text")
+        with gr.Column(scale=3):
+            chat = localized(gr.Chatbot, {"label": "ui.chat"}, elem_id="chat", height=420, buttons=["copy"])
+            with gr.Row():
+                question = localized(gr.Textbox, {"placeholder": "ui.question"}, show_label=False, scale=5,
+                                     elem_id="question")
+                ask_btn = localized(gr.Button, {"value": "ui.ask"}, variant="primary", scale=1, elem_id="ask")
+                stop_btn = localized(gr.Button, {"value": "ui.stop"}, variant="stop", scale=1, elem_id="stop")
+            with gr.Row():
+                remember_box = localized(gr.Checkbox, {"label": "ui.remember"}, elem_id="remember")
+                new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
+                                    elem_id="new-conversation")
+            also_btn = gr.Button(visible=False, size="sm", elem_id="ask-also")
+            ready_box = localized(gr.Checkbox, {"label": "ui.ready_only"}, elem_id="ready-only")
+            baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
+            with gr.Row():
+                export_btn = localized(gr.Button, {"value": "ui.export"}, size="sm", elem_id="export")
+            exported = localized(gr.File, {"label": "ui.exported"}, file_count="multiple", interactive=False,
+                                 visible=False, elem_id="exported")
+    with localized(gr.Accordion, {"label": "ui.latency"}, open=True):
+        summary = gr.Markdown(elem_id="latency-summary")
+        table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
+        plot = gr.Plot(elem_id="latency-plot", show_label=False)
+    ahead_timer = gr.Timer(AHEAD_TICK_S, active=False)  # refreshes the status while parts are read ahead
+    return Page(state=state, lang=lang, promise_box=promise_box, model_box=model_box, upload=upload, pasted=pasted,
+                read_btn=read_btn, sample_btn=sample_btn, status=status, part=part, part_btn=part_btn,
+                evidence_pick=evidence_pick, evidence_page=evidence_page, evidence_text=evidence_text, chat=chat,
+                question=question, ask_btn=ask_btn, stop_btn=stop_btn, remember_box=remember_box, new_btn=new_btn,
+                also_btn=also_btn, ready_box=ready_box, baseline_box=baseline_box, export_btn=export_btn,
+                exported=exported, summary=summary, table=table, plot=plot, ahead_timer=ahead_timer)
+
+
+class KvqaApp:
+    """The app assembled: the service (sessions, engines, limits, model choice), the page, the views that show a
+    session and the handlers by concern, each given what it uses; `demo` is the page, its events wired."""
 
     def __init__(self, config: Config, engine: Engine, *, budget: CacheBudget | None = None,
                  behind_proxy: bool = False, models: list[str] | None = None):
-        super().__init__(config, engine, budget=budget, behind_proxy=behind_proxy, models=models)
-        limits = dict(file_mb=config.max_file_mb, reserve=config.reserve_tokens, pages=config.max_pdf_pages,
-                      question=config.max_question_tokens, answer=config.max_new_tokens)
-        # the page's fixed texts (the ui.* messages), by language: gr.I18n shows them in the browser's language
-        # before any event; on_language says them in the one chosen
-        self.page_texts = {lang: {key: say(key, lang, **(limits if key == "ui.limits" else {}))
-                                  for key in CATALOG if key.startswith("ui.")} for lang in LANGUAGES}
-        for texts in self.page_texts.values():
-            texts["ui.limits"] = f"<sub>{texts['ui.limits']}</sub>"  # small print
-        self.i18n = gr.I18n(**self.page_texts)  # for launch(i18n=...)
-        self._fixed: dict[gr.components.Component, dict[str, str]] = {}  # component -> {property: message id}
-        self.model_box: gr.Dropdown | None = None  # the list of models, when there is more than one
+        self.service = Service(config, engine, budget=budget, behind_proxy=behind_proxy, models=models)
+        self.tabs = Tabs()  # each browser tab's read in flight and questions waiting
+        self.texts = PageTexts(config)
+        with gr.Blocks(title=self.texts.i18n("ui.title")) as self.demo:
+            self.page = page = layout(self.texts, self.service.models, ttl_s=config.session_ttl_s)
+            self.status = StatusView(self.service, page)
+            self.evidence = EvidenceView(self.service, page)
+            self.panels = Panels(self.service, page, self.status, self.evidence)
+            self.reads = Reads(self.service, page, self.panels, self.tabs)
+            self.questions = Questions(page, self.panels, self.tabs)
+            self.language = Language(self.texts, page, self.panels, self.tabs)
+            self.wire()
+            self.api = Api(self.service, page.state)  # the gradio_client API: each client is its own session
+        self.service.uploads.own(self.demo)  # a request reads only what its own client uploaded
 
-    # ---- what the screen shows
+    @property
+    def config(self) -> Config:
+        return self.service.config
 
-    def panels(self, session: Session | None, lang: str = "en", *, reused: bool = False, tab=None) -> dict:
-        """Everything that shows the session, by component (tab: the browser tab's questions still waiting, shown
-        in the chat after the conversation)."""
-        return {self.state: session, self.status: self.status_markdown(session, lang, reused=reused),
-                self.ahead_timer: gr.Timer(active=session is not None and session in self.read_ahead_running),
-                self.chat: chat_messages(session, lang) + waiting_messages(tab, lang),
-                self.summary: latency_summary(session, lang, estimate=self.estimates.get(session) if session else None),
-                self.table: latency_table(session, lang), self.plot: latency_plot(session, lang),
-                self.also_btn: self.also_button(session, lang)} | self.evidence(session, None, lang) | (
-            {self.model_box: self.model_of(session)} if self.model_box is not None and session is not None else {}) | (
-            {self.promise_box: self.promise(session, lang)} if session is not None else {})
-
-    def relabel(self, lang: str) -> dict:
-        """The page's fixed texts in `lang`, by component."""
-        return {component: gr.update(**{prop: self.page_texts[lang][key] for prop, key in texts.items()})
-                for component, texts in self._fixed.items()}
-
-    def localized(self, make, texts: dict[str, str], /, **options):
-        """make(**options) with its fixed texts (property -> message id) through gr.I18n, remembered for relabel."""
-        component = make(**{prop: self.i18n(key) for prop, key in texts.items()}, **options)
-        self._fixed[component] = texts
-        return component
-
-    # ---- handlers (reading a document's in kvqa/ui/loading.py, questions' in asking.py, the API's in api.py)
-
-    def on_load(self, request: gr.Request = None) -> dict:
-        """UI, when the page opens: the language from the browser's Accept-Language header, and the page in it."""
-        lang = language_of(request.headers.get("accept-language") if request is not None else None)
-        return {self.lang: lang} | self.on_language(lang, None, request)
-
-    def on_language(self, lang, session, request: gr.Request = None) -> dict:
-        """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far. Refused while
-        an answer is written (the switch shows the language in use again)."""
-        tab = self.tabs.of(request)
-        if tab.answering or (session is not None and session.answering):
-            return warn(BusyError("busy.switch_language"), tab.lang, put_back={self.lang: tab.lang})
-        tab.lang = lang
-        page = self.relabel(lang)
-        shown = (self.panels(session, lang, tab=tab) | self.part_box(session, lang)
-                 | {self.promise_box: self.promise(session, lang)})
-        for component, value in shown.items():
-            if component in page:  # the chat and the part box: a fixed text and what they show
-                is_update = isinstance(value, dict) and value.get("__type__") == "update"
-                value = page[component] | (value if is_update else {"value": value})
-            page[component] = value
-        return page
-
-    def on_sample(self, session, lang="en", request: gr.Request = None, progress=gr.Progress()) -> dict:
-        """UI: load the sample document (a file of the app's own, never a path from the client)."""
-        self.tabs.of(request).begin()
-        return self.show_read(lambda _: load_document(SAMPLE, config=self.config), session, lang, request, progress)
-
-    def on_unload(self, request: gr.Request = None) -> None:
-        """The tab closed: forget what it had in flight (its session expires with its state)."""
-        self.tabs.forget(request)
-
-    @staticmethod
-    def close_session(session: Session | None) -> None:
-        if session is not None:
-            session.close()
-
-    def on_export(self, session, lang="en") -> dict:
-        """UI: the conversation as a Markdown and a JSON file to download."""
-        try:
-            files = conversation_files(session)
-        except KvqaError as e:
-            return warn(e, lang)
-        return {self.exported: gr.update(value=files, visible=True)}
-
-    # ---- layout
-
-    def build(self) -> gr.Blocks:
-        """The page and its events; components become attributes, so handlers return outputs by name. The page's
-        fixed texts are message ids shown through gr.I18n (launch the page with i18n=self.i18n)."""
-        localized = self.localized
-        with gr.Blocks(title=self.i18n("ui.title")) as demo:
-            self.state = gr.State(None, time_to_live=self.config.session_ttl_s, delete_callback=self.close_session)
-            with gr.Row(equal_height=True):
-                localized(gr.Markdown, {"value": "ui.intro"})
-                self.lang = gr.Radio([(name, code) for code, name in LANGUAGES.items()], value="en",
-                                     label="Language · 语言", elem_id="language", scale=0, min_width=180)
-            self.promise_box = gr.Markdown(elem_id="promise")
-            if len(self.models) > 1:
-                self.model_box = model_box = localized(gr.Dropdown, {"label": "ui.model"}, choices=self.models,
-                                                       value=self.models[0], elem_id="model")
-            with gr.Row():
-                with gr.Column(scale=2):
-                    # no file_types: Gradio drops a file of another kind without a word; kvqa says what it reads
-                    upload = localized(gr.File, {"label": "ui.upload"}, type="filepath", file_count="multiple",
-                                       elem_id="upload")
-                    pasted = localized(gr.Textbox, {"label": "ui.paste"}, lines=5, max_lines=12, elem_id="paste")
-                    with gr.Row():
-                        read_btn = localized(gr.Button, {"value": "ui.read_pasted"}, elem_id="read")
-                        sample_btn = localized(gr.Button, {"value": "ui.sample"}, elem_id="sample")
-                    self.status = gr.Markdown(self.i18n("ui.no_document"), elem_id="doc-status")
-                    with gr.Row():
-                        self.part = localized(gr.Textbox, {"label": "ui.part", "placeholder": "ui.part_placeholder"},
-                                              scale=3, elem_id="part")
-                        part_btn = localized(gr.Button, {"value": "ui.read_part"}, scale=1, elem_id="read-part")
-                    with localized(gr.Accordion, {"label": "ui.limits_label"}, open=False, elem_id="limits-box"):
-                        localized(gr.Markdown, {"value": "ui.limits"}, elem_id="limits")
-                    with localized(gr.Accordion, {"label": "ui.evidence"}, open=True, elem_id="evidence"):
-                        self.evidence_pick = localized(gr.Dropdown, {"label": "ui.evidence_pick"}, choices=[],
-                                                       elem_id="evidence-pick")
-                        self.evidence_page = gr.Image(type="pil", interactive=False, show_label=False,
-                                                      visible=False, elem_id="evidence-page", format="png")
-                        self.evidence_text = gr.HTML(self.i18n("evidence.none"), elem_id="evidence-text")
-                with gr.Column(scale=3):
-                    self.chat = localized(gr.Chatbot, {"label": "ui.chat"}, elem_id="chat", height=420,
-                                          buttons=["copy"])
-                    with gr.Row():
-                        self.question = localized(gr.Textbox, {"placeholder": "ui.question"}, show_label=False,
-                                                  scale=5, elem_id="question")
-                        ask_btn = localized(gr.Button, {"value": "ui.ask"}, variant="primary", scale=1, elem_id="ask")
-                        stop_btn = localized(gr.Button, {"value": "ui.stop"}, variant="stop", scale=1,
-                                             elem_id="stop")
-                    with gr.Row():
-                        remember_box = localized(gr.Checkbox, {"label": "ui.remember"}, elem_id="remember")
-                        new_btn = localized(gr.Button, {"value": "ui.new_conversation"}, size="sm",
-                                            elem_id="new-conversation")
-                    self.also_btn = gr.Button(visible=False, size="sm", elem_id="ask-also")
-                    ready_box = localized(gr.Checkbox, {"label": "ui.ready_only"}, elem_id="ready-only")
-                    baseline_box = localized(gr.Checkbox, {"label": "ui.baseline"}, elem_id="baseline")
-                    with gr.Row():
-                        export_btn = localized(gr.Button, {"value": "ui.export"}, size="sm", elem_id="export")
-                    self.exported = localized(gr.File, {"label": "ui.exported"}, file_count="multiple",
-                                              interactive=False, visible=False, elem_id="exported")
-            with localized(gr.Accordion, {"label": "ui.latency"}, open=True):
-                self.summary = gr.Markdown(elem_id="latency-summary")
-                self.table = gr.Dataframe(latency_table(None), interactive=False, elem_id="latency-table", wrap=True)
-                self.plot = gr.Plot(elem_id="latency-plot", show_label=False)
-
-            self.ahead_timer = gr.Timer(AHEAD_TICK_S, active=False)  # refreshes the status while parts are read ahead
-            self.ahead_timer.tick(self.on_tick, [self.state, self.lang], [self.status, self.ahead_timer],
-                                  api_visibility="private")
-            shown = [self.state, self.status, self.chat, self.summary, self.table, self.plot, self.evidence_pick,
-                     self.evidence_page, self.evidence_text, self.ahead_timer, self.also_btn, self.promise_box,
-                     *([self.model_box] if self.model_box is not None else [])]
-            lang = self.lang
-            # each read is announced at once (questions asked before it begins wait for it too), then read in turn
-            announce = dict(fn=self.on_read_asked, inputs=None, outputs=None, concurrency_limit=None,
-                            api_visibility="private")
-            upload.upload(**announce).then(self.on_upload, [upload, self.state, lang], shown + [self.part],
-                                           api_visibility="private")
-            read_btn.click(**announce).then(self.on_paste, [pasted, self.state, upload, lang], shown + [self.part],
-                                            api_visibility="private")
-            sample_btn.click(**announce).then(self.on_sample, [self.state, lang], shown + [self.part],
-                                              api_visibility="private")
-            for trigger in (part_btn.click, self.part.submit):
-                trigger(**announce).then(self.on_part, [self.part, self.state, lang], shown + [self.part],
-                                         api_visibility="private")
-            # a question is taken at once (shown, waiting, while a document or a model loads), then answered in turn:
-            # the answers of every tab share the "answer" slots; Stop withdraws the questions still waiting
-            answering = dict(concurrency_id="answer", api_visibility="private")
-            for trigger in (ask_btn.click, self.question.submit):
-                trigger(self.on_question, [self.question, self.state, lang], [self.question, self.chat],
-                        concurrency_limit=None, trigger_mode="multiple", api_visibility="private").then(
-                    self.on_answer, [self.state, baseline_box, remember_box, lang, ready_box],
-                    shown + [self.question], **answering)
-            self.also_btn.click(self.on_ask_also, [self.state, baseline_box, remember_box, lang, ready_box],
-                                shown + [self.question], **answering)
-            remember_box.change(self.on_remember, [remember_box, self.state], None, queue=False,
-                                api_visibility="private")
-            new_btn.click(self.on_new_conversation, [self.state, lang], [self.chat, self.also_btn], queue=False,
-                          api_visibility="private")
-            stop_btn.click(self.on_stop, [self.state, lang], None, concurrency_limit=None, trigger_mode="multiple",
-                           api_visibility="private")  # queued, to show its toasts, but never waits
-            export_btn.click(self.on_export, [self.state, lang], [self.exported], api_visibility="private")
-            viewer = [self.evidence_pick, self.evidence_page, self.evidence_text]
-            self.evidence_pick.input(self.on_evidence, [self.evidence_pick, self.state, lang], viewer,
-                                     api_visibility="private")
-            self.chat.select(self.on_chat_select, [self.state, lang], viewer, api_visibility="private")
-            everything = list(dict.fromkeys(shown + [self.part, self.promise_box, *self._fixed]))  # the list once
-            demo.load(self.on_load, None, everything + [lang], api_visibility="private")
-            lang.input(self.on_language, [lang, self.state], everything + [lang], api_visibility="private")
-            demo.unload(self.on_unload)
-            if len(self.models) > 1:
-                model_box.input(**announce).then(self.on_model, [model_box, self.state, lang], shown + [self.part],
-                                                 api_visibility="private")  # a person's choice, not the app's
-
-            self.build_api()  # the gradio_client API: each client is its own session
-        self.uploads.own(demo)  # a request reads only what its own client uploaded
-        return demo
+    def wire(self) -> None:
+        """The page's events, each to its handler."""
+        page, reads, questions = self.page, self.reads, self.questions
+        private = dict(api_visibility="private")
+        page.ahead_timer.tick(self.status.on_tick, [page.state, page.lang], [page.status, page.ahead_timer],
+                              **private)
+        shown, lang = page.shown, page.lang
+        # each read is announced at once (questions asked before it begins wait for it too), then read in turn
+        announce = dict(fn=reads.on_read_asked, inputs=None, outputs=None, concurrency_limit=None, **private)
+        read = shown + [page.part]
+        page.upload.upload(**announce).then(reads.on_upload, [page.upload, page.state, lang], read, **private)
+        page.read_btn.click(**announce).then(reads.on_paste, [page.pasted, page.state, page.upload, lang], read,
+                                             **private)
+        page.sample_btn.click(**announce).then(reads.on_sample, [page.state, lang], read, **private)
+        for trigger in (page.part_btn.click, page.part.submit):
+            trigger(**announce).then(reads.on_part, [page.part, page.state, lang], read, **private)
+        if page.model_box is not None:  # a person's choice, not the app's
+            page.model_box.input(**announce).then(reads.on_model, [page.model_box, page.state, lang], read, **private)
+        # a question is taken at once (shown, waiting, while a document or a model loads), then answered in turn:
+        # the answers of every tab share the "answer" slots; Stop withdraws the questions still waiting
+        answering = dict(concurrency_id="answer", **private)
+        boxes = [page.state, page.baseline_box, page.remember_box, lang, page.ready_box]
+        for trigger in (page.ask_btn.click, page.question.submit):
+            trigger(questions.on_question, [page.question, page.state, lang], [page.question, page.chat],
+                    concurrency_limit=None, trigger_mode="multiple", **private).then(
+                questions.on_answer, boxes, shown + [page.question], **answering)
+        page.also_btn.click(questions.on_ask_also, boxes, shown + [page.question], **answering)
+        page.new_btn.click(questions.on_new_conversation, [page.state, lang], [page.chat, page.also_btn],
+                           queue=False, **private)
+        page.stop_btn.click(questions.on_stop, [page.state, lang], None, concurrency_limit=None,
+                            trigger_mode="multiple", **private)  # queued, to show its toasts, but never waits
+        page.export_btn.click(on_export, [page.state, lang], [page.exported], **private)
+        page.evidence_pick.input(self.evidence.on_evidence, [page.evidence_pick, page.state, lang], page.viewer,
+                                 **private)
+        page.chat.select(self.evidence.on_chat_select, [page.state, lang], page.viewer, **private)
+        everything = self.language.outputs
+        self.demo.load(self.language.on_load, None, everything + [lang], **private)
+        lang.input(self.language.on_language, [lang, page.state], everything + [lang], **private)
+        self.demo.unload(self.tabs.forget)
 
 
 def make_app(environ=os.environ, **overrides) -> KvqaApp:
@@ -262,7 +192,7 @@ try:
     kvqa_app = make_app()
 except KvqaError as e:  # a bad KVQA_* variable: say which, without a traceback
     raise SystemExit(f"kvqa: {e}") from None
-demo = kvqa_app.build()
+demo = kvqa_app.demo
 
 
 def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
@@ -296,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         auth = parse_auth(args.auth)
         served = make_app(model=args.model, models=args.models) if args.model or args.models else kvqa_app
-        info = served.engine.load()  # load before serving, so the first user does not wait for it
+        info = served.service.engine.load()  # load before serving, so the first user does not wait for it
     except (KvqaError, ValueError) as e:
         raise SystemExit(f"kvqa: {e}") from None
     if args.share and not auth:
@@ -304,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
               "them use this machine's model and memory; add --auth user:password to require a login.",
               file=sys.stderr)
     print(f"kvqa: {info.model} on {info.device} ({info.precision}), {info.kind} engine, loaded in {info.load_s:.1f} s")
-    page = served.build() if served is not kvqa_app else demo
+    page = served.demo
     serve(page, served, concurrency=args.concurrency, queue_size=args.queue_size, host=args.host, port=args.port,
           share=args.share, auth=auth)
 
@@ -315,7 +245,7 @@ def serve(page: gr.Blocks, served: KvqaApp, *, concurrency: int, queue_size: int
     turned away), uploads up to the configured size, and an unexpected error's text never sent to the browser."""
     page.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     page.launch(server_name=host, server_port=port, share=share, auth=auth, show_error=False,
-                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.i18n, **launch)
+                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.texts.i18n, **launch)
 
 
 if __name__ == "__main__":

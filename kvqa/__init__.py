@@ -22,12 +22,13 @@ from kvqa.session.ask import (
     stream,
     stream_without_cache,
 )
-from kvqa.session.session import Session
+from kvqa.session.session import Ask, Session
 from kvqa.timing import Timings
 
 __all__ = [
-    "Answer", "AnswerStream", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError", "DocumentTooLong",
-    "Engine", "EngineInfo", "Evidence", "KvqaError", "LoadedModel", "LocalEngine", "ModelError", "OutOfMemory",
+    "Answer", "AnswerStream", "Ask", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError",
+    "DocumentTooLong", "Engine", "EngineInfo", "Evidence", "KvqaError", "LoadedModel", "LocalEngine", "ModelError",
+    "OutOfMemory",
     "PrefilledDocument", "QuestionError", "Session", "Timings", "answer", "answer_without_cache", "ask",
     "ask_without_cache", "document_from_text", "load_document", "load_model", "make_engine", "prefill", "stream",
     "stream_without_cache",

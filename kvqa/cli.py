@@ -8,8 +8,8 @@ import os
 import sys
 from dataclasses import replace
 
-from .config import Config, config_from_env
-from .errors import KvqaError
+from kvqa.config import Config, config_from_env
+from kvqa.errors import KvqaError
 
 EXIT_USER_ERROR = 2
 
@@ -51,12 +51,11 @@ def _ask(args: argparse.Namespace) -> int:
     from kvqa.cache.store import store_for
     from kvqa.documents.parts import asked_range
     from kvqa.documents.reading import read_paths
+    from kvqa.engines import make_engine
+    from kvqa.export import answer_notes, part_dict, range_read, session_dict, summary_table
+    from kvqa.messages import Message
     from kvqa.model.presets import language_note, reading_model
-    from kvqa.session.session import Session
-
-    from .engines import make_engine
-    from .export import answer_notes, part_dict, range_read, session_dict, summary_table
-    from .messages import Message
+    from kvqa.session.session import Ask, Session
 
     config = config_from(args)
     if any(not q.strip() for q in args.question):  # checked again when answering; here, before anything is read
@@ -90,17 +89,16 @@ def _ask(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\nQ: {q}\nA: ", end="", flush=True)
         routed = lambda d: print(f"kvqa: {session.notice}", file=sys.stderr)  # noqa: E731 - another part was read
-        with session.ask(q, progress=progress, on_part=routed) as pieces:
+        with session.ask(Ask(q, progress=progress, on_part=routed)) as pieces:
             for piece in pieces:
                 if not args.json:
                     print(piece, end="", flush=True)
             answer = pieces.answer
-        turn = session.turns[-1]
-        if turn.also is not None:
-            flag, also = ("pages" if turn.also.unit == "pages" else "chars"), turn.also
-            print("kvqa: " + str(Message("cli.also", also=session.also_index + 1, parts=len(session.parts), flag=flag,
-                                         also_part=also.name, part=turn.part.name,
-                                         range=f"{also.first}-{also.last}")), file=sys.stderr)
+        turn, also = session.turns[-1], session.turns[-1].also
+        if also is not None:  # another part matched too: how to ask it there
+            print("kvqa: " + str(Message("cli.also", also=session.also_index + 1, parts=len(session.parts),
+                                         flag="pages" if also.unit == "pages" else "chars", also_part=also.name,
+                                         part=turn.part.name, range=f"{also.first}-{also.last}")), file=sys.stderr)
         if not args.json:
             print(answer_notes(answer))
     result["answers"] = session_dict(session)["answers"]
@@ -120,16 +118,14 @@ def _say(*, chatty: bool):
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from .doctor import diagnose, report
-
+    from kvqa.doctor import diagnose, report
     checks = diagnose(config_from(args), os.environ)
     print(report(checks, as_json=args.json))
     return 1 if any(c.problem for c in checks) else 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from .bench import run_from_args
-
+    from kvqa.bench import run_from_args
     return run_from_args(args, config_from(args))
 
 
@@ -179,8 +175,7 @@ def _parser() -> argparse.ArgumentParser:
                      "($KVQA_STORE_DIR) nor write it there")
     ask.add_argument("--json", action="store_true", help="print one JSON object with answers and timings")
     ask.set_defaults(run=_ask)
-    from .bench.flags import add_parser as add_bench
-
+    from kvqa.bench.flags import add_parser as add_bench
     add_bench(commands, model_flags=_add_model_flags, run=_bench)
     doctor = commands.add_parser("doctor", help="show what kvqa will use here, and how to fix what is wrong")
     _add_model_flags(doctor)

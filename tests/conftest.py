@@ -236,7 +236,7 @@ def served(demo, kvqa_app):
         port = s.getsockname()[1]
     demo.queue(default_concurrency_limit=1)
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                i18n=kvqa_app.i18n)
+                i18n=kvqa_app.texts.i18n)
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

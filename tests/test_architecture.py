@@ -189,3 +189,34 @@ def test_the_decode_loop_stays_small():
     loop = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "decode_n_tokens")
     arguments = loop.args.posonlyargs + loop.args.args + loop.args.kwonlyargs
     assert loop.end_lineno - loop.lineno + 1 <= 40 and len(arguments) <= 6
+
+
+def project_files() -> list[Path]:
+    return [ROOT / "app.py", *PACKAGE.rglob("*.py")]
+
+
+def test_no_class_inherits_two_of_the_projects_classes():
+    """The page is composed, not inherited: a class is given the objects it uses, and takes at most one of the
+    project's classes as its base (so no mixin needs attributes another one sets)."""
+    trees = {p: ast.parse(p.read_text()) for p in project_files()}
+    ours = {n.name for tree in trees.values() for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    mixed = [f"{p.relative_to(ROOT)}: {n.name}" for p, tree in trees.items() for n in ast.walk(tree)
+             if isinstance(n, ast.ClassDef)
+             and sum(isinstance(b, ast.Name) and b.id in ours for b in n.bases) > 1]
+    assert mixed == []
+    session = next(n for n in ast.walk(trees[PACKAGE / "session" / "session.py"])
+                   if isinstance(n, ast.ClassDef) and n.name == "Session")
+    assert session.bases == []  # its long document is a Parts it holds, not a base
+
+
+def test_nothing_outside_the_session_sets_a_flag_on_it():
+    """A question travels as one Ask: the page, the API and the CLI never set an attribute on a session to change how
+    the next question is asked (or anything else)."""
+    outside = [p for p in project_files() if "session" not in p.relative_to(ROOT).parts]
+    set_on_session = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in outside for n in ast.walk(ast.parse(p.read_text()))
+                      if isinstance(n, (ast.Assign, ast.AugAssign))
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                      for a in ast.walk(t)
+                      if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
+                      and a.value.id in ("session", "fresh", "reader")]
+    assert set_on_session == []

@@ -8,6 +8,7 @@ import pytest
 import app
 from conftest import as_upload
 from kvqa.cli import main
+from kvqa.session.session import Ask
 from test_documents import BAD, bomb_pdf, encrypted_pdf, make_pdf
 
 FILES = {name: data for name, data, _ in BAD}
@@ -50,8 +51,8 @@ def test_cli_bad_questions(question, message, capsys, tmp_path, default_lm):
 
 @pytest.fixture(scope="module")
 def session(default_lm):
-    session = app.kvqa_app.on_paste("The secret word is pelican.", None)[app.kvqa_app.state]
-    list(app.kvqa_app.on_ask("What is the secret word?", session, False))
+    session = app.kvqa_app.reads.on_paste("The secret word is pelican.", None)[app.kvqa_app.page.state]
+    list(app.kvqa_app.questions.on_ask(Ask("What is the secret word?"), session))
     yield session
     session.close()
 
@@ -64,7 +65,7 @@ def snapshot(session):
 def test_app_upload_shows_a_message_and_keeps_the_session(bad_files, name, session):
     before = snapshot(session)
     with pytest.warns(UserWarning, match=MESSAGES[name].split("'")[0]):
-        app.kvqa_app.on_upload(as_upload(bad_files / name), session)
+        app.kvqa_app.reads.on_upload(as_upload(bad_files / name), session)
     assert snapshot(session) == before
 
 
@@ -72,5 +73,5 @@ def test_app_upload_shows_a_message_and_keeps_the_session(bad_files, name, sessi
 def test_app_bad_questions_keep_the_session(question, session):
     before = snapshot(session)
     with pytest.warns(UserWarning):
-        list(app.kvqa_app.on_ask(question, session, False))
+        list(app.kvqa_app.questions.on_ask(Ask(question), session))
     assert snapshot(session) == before

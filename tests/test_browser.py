@@ -263,7 +263,7 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1400})
     page = context.new_page()
     try:
-        with served(kvqa_app.build(), kvqa_app) as server:
+        with served(kvqa_app.demo, kvqa_app) as server:
             page.goto(server)
             page.locator("#upload input[type=file]").set_input_files(str(path))
             status = page.locator("#doc-status")

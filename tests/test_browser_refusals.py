@@ -205,7 +205,7 @@ def test_a_models_first_load_shows_its_stages_and_a_question_asked_meanwhile_is_
     context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
     page = context.new_page()
     try:
-        with served(kvqa_app.build(), kvqa_app) as server:
+        with served(kvqa_app.demo, kvqa_app) as server:
             page.goto(server)
             expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
             page.locator("#promise").get_by_text("SmolLM2-135M-Instruct").wait_for(timeout=60_000)  # not loaded yet

@@ -29,7 +29,7 @@ def make(behind_proxy: bool, *, limit: int = 16) -> app_module.KvqaApp:
 
 
 def read(kvqa_app, req, text="A short document about ferries and bridges.") -> object:
-    session, _ = kvqa_app.read(document_from_text(text), None, req, lambda *a, **k: None)
+    session, _ = kvqa_app.service.read(document_from_text(text), None, req, lambda *a, **k: None)
     return session
 
 
@@ -61,6 +61,6 @@ def test_a_client_past_its_sessions_is_refused_and_others_are_not():
 
 def test_make_app_is_behind_a_proxy_on_a_space_or_when_told(monkeypatch):
     monkeypatch.setattr(app_module, "make_engine", lambda *a, **k: FakeEngine())
-    assert app_module.make_app({}).behind_proxy is False
-    assert app_module.make_app({"KVQA_BEHIND_PROXY": "1"}).behind_proxy is True
-    assert app_module.make_app({"SPACE_ID": "a/b"}).behind_proxy is True
+    assert app_module.make_app({}).service.behind_proxy is False
+    assert app_module.make_app({"KVQA_BEHIND_PROXY": "1"}).service.behind_proxy is True
+    assert app_module.make_app({"SPACE_ID": "a/b"}).service.behind_proxy is True

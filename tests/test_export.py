@@ -15,6 +15,7 @@ from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents.reading import Document, document_from_text
 from kvqa.export import from_json, session_dict, to_json, to_markdown
+from kvqa.ui.export import on_export
 
 CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document",
             "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
@@ -34,7 +35,7 @@ def pdf_like() -> Document:
 
 def app_with(document: Document, questions: list[str], context_tokens: int = 8192):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens), budget=CacheBudget(2**30))
-    session, _ = kvqa_app.read(document, None, None, lambda *a, **k: None)
+    session, _ = kvqa_app.service.read(document, None, None, lambda *a, **k: None)
     for q in questions:
         session.ask(q).answer  # noqa: B018 - runs the answer
     return kvqa_app, session
@@ -75,23 +76,22 @@ def test_a_long_document_exports_its_parts_and_where_each_answer_came_from():
 
 def test_the_download_button_writes_both_files_and_refuses_an_empty_session(monkeypatch):
     kvqa_app, session = app_with(pdf_like(), ["When does the harbour ferry leave?"])
-    kvqa_app.build()  # the page's components, the download among them
-    shown = kvqa_app.on_export(session)[kvqa_app.exported]
+    shown = on_export(session)
     md, js = (Path(p) for p in shown["value"])
     assert shown["visible"] and md.suffix == ".md" and js.suffix == ".json"
     assert from_json(js.read_text(encoding="utf-8")) == json.loads(json.dumps(session_dict(session)))
     assert "When does the harbour ferry leave?" in md.read_text(encoding="utf-8")
-    assert kvqa_app.api_export(session) == session_dict(session)
+    assert kvqa_app.api.api_export(session) == session_dict(session)
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)  # the toast is the only output of a refusal
-    assert kvqa_app.on_export(None) == gr.skip() and "Nothing to download yet" in warned[0]
+    assert on_export(None) == gr.skip() and "Nothing to download yet" in warned[0]
 
 
 def test_the_status_tells_a_chinese_reader_when_the_model_reads_english_only():
     chinese = Document(name="指南.txt", text="渡轮每天早上九点从港口出发，票价十元。" * 30)
     for model, noted in (("SmolLM2-135M-Instruct", True), ("Qwen2.5-0.5B-Instruct", False)):
         kvqa_app = app_module.KvqaApp(Config(), FakeEngine(model=model), budget=CacheBudget(2**30))
-        session, _ = kvqa_app.read(chinese, None, None, lambda *a, **k: None)
-        assert ("只能读英文" in kvqa_app.status_markdown(session, "zh")) is noted
-        assert ("reads English only" in kvqa_app.status_markdown(session, "en")) is noted
+        session, _ = kvqa_app.service.read(chinese, None, None, lambda *a, **k: None)
+        assert ("只能读英文" in kvqa_app.status.status_markdown(session, "zh")) is noted
+        assert ("reads English only" in kvqa_app.status.status_markdown(session, "en")) is noted
         session.close()

@@ -16,6 +16,7 @@ from conftest import as_upload, scan_image, scan_pdf
 from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
+from kvqa.session.session import Ask
 
 pytestmark = pytest.mark.model  # OCR reads the scan (its ONNX models): not in make test-fast
 
@@ -71,7 +72,6 @@ def files(tmp_path_factory):
 
 def new_app():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
-    kvqa_app.build()
     return kvqa_app
 
 
@@ -83,23 +83,23 @@ def quiet(*args, **kwargs):
 def test_the_app_answers_with_the_source_on_its_page(files, name):
     _, question, page, holds = DOCUMENTS[name]
     kvqa_app = new_app()
-    session = kvqa_app.on_upload(as_upload(files / name), None, progress=quiet)[kvqa_app.state]
-    list(kvqa_app.on_ask(question, session, False, progress=quiet))
+    session = kvqa_app.reads.on_upload(as_upload(files / name), None, progress=quiet)[kvqa_app.page.state]
+    list(kvqa_app.questions.on_ask(Ask(question), session))
     first = session.turns[-1].sources[0]
     assert first.page == page and holds in first.text
-    shown = kvqa_app.evidence(session, None)
+    shown = kvqa_app.evidence.evidence(session, None)
     if name.endswith(".pdf"):  # the page image, the passage highlighted on it (on the scan: OCR's boxes)
-        assert shown[kvqa_app.evidence_page]["value"] is not None
-        assert f"Page {page}, the passage highlighted" in shown[kvqa_app.evidence_text]
+        assert shown[kvqa_app.page.evidence_page]["value"] is not None
+        assert f"Page {page}, the passage highlighted" in shown[kvqa_app.page.evidence_text]
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTS))
 def test_the_api_answers_with_the_source_on_its_page(files, name):
     _, question, page, holds = DOCUMENTS[name]
     kvqa_app = new_app()
-    session = kvqa_app.api_prefill(file=as_upload(files / name), progress=quiet)[kvqa_app.state]
-    list(kvqa_app.api_ask(question, session=session))
-    first = kvqa_app.api_sources(session)[0]
+    session = kvqa_app.api.api_prefill(file=as_upload(files / name), progress=quiet)[kvqa_app.page.state]
+    list(kvqa_app.api.api_ask(question, session=session))
+    first = kvqa_app.api.api_sources(session)[0]
     assert first["page"] == page and holds in first["text"]
 
 

@@ -72,25 +72,25 @@ def test_reading_says_the_size_first_then_an_estimate_from_the_last_read():
         said.append(desc)
 
     first = document_from_text("word " * 600)  # the fake engine counts words: 600 tokens
-    session, _ = kvqa_app.read(first, None, None, progress)
+    session, _ = kvqa_app.service.read(first, None, None, progress)
     assert "3,000 characters, 600 tokens" in said[-1] and "about" not in said[-1]
-    assert "estimated" not in kvqa_app.status_markdown(session)  # nothing was estimated before the first read
-    cost = kvqa_app.read_costs["fake"]  # one progress point: the rate of the whole read
+    assert "estimated" not in kvqa_app.status.status_markdown(session)  # nothing was estimated before the first read
+    cost = kvqa_app.service.read_costs["fake"]  # one progress point: the rate of the whole read
     assert cost.per_token > 0 and cost.per_pair == 0
 
     second = document_from_text("other " * 1200)
-    session, _ = kvqa_app.read(second, session, None, progress)
+    session, _ = kvqa_app.service.read(second, session, None, progress)
     assert f"1,200 tokens: about {cost.seconds(1200):.1f} s (from this model's last read here)" in said[-1]
-    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in kvqa_app.status_markdown(session)
+    assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in kvqa_app.status.status_markdown(session)
     assert f"(estimated {cost.seconds(1200):.1f} s before reading)" in latency_summary(
-        session, estimate=kvqa_app.estimates[session])
-    assert f"读取前估计 {cost.seconds(1200):.1f} 秒" in kvqa_app.status_markdown(session, "zh")
+        session, estimate=kvqa_app.service.notes(session).estimate)
+    assert f"读取前估计 {cost.seconds(1200):.1f} 秒" in kvqa_app.status.status_markdown(session, "zh")
 
 
 def test_a_short_read_does_not_set_the_rate():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
-    kvqa_app.read(document_from_text("a few words only"), None, None, lambda *a, **k: None)
-    assert kvqa_app.read_costs == {}
+    kvqa_app.service.read(document_from_text("a few words only"), None, None, lambda *a, **k: None)
+    assert kvqa_app.service.read_costs == {}
 
 
 def test_a_read_cost_fits_how_reads_slow_down_with_length():

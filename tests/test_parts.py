@@ -13,9 +13,9 @@ import app
 import kvqa
 from conftest import as_upload, make_pdf
 from kvqa.cli import main
-from kvqa.documents.parts import parse_range, select, units
+from kvqa.documents.parts import parse_range, part_of, select, units
 from kvqa.engines import LocalEngine
-from kvqa.session.session import Session
+from kvqa.session.session import Ask, Session
 
 CONFIG = kvqa.Config(max_question_tokens=160, max_new_tokens=16, chunk_size=256)
 FILLER = "The committee met again and discussed the budget, the roads and the library opening hours at length. "
@@ -61,7 +61,7 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
         small.prefill(select(long_pdf, 1, part.last + 1))
     first_part = part
 
-    session.load(long_pdf, part=(first_part.last + 1, 10))  # the next part, as the user chooses it
+    session.load(long_pdf, part=part_of(long_pdf, first_part.last + 1, 10))  # the next part, as the user chooses it
     part = session.document.part
     assert part.first == first_part.last + 1 and part.last <= 10
     assert session.document.text.startswith(f"[Page {part.first}]")
@@ -69,7 +69,7 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
     answer = session.ask("What is the code word?").answer  # the part is answerable: the cache is the part's
     assert answer.timings.new_tokens > 0 and session.prefilled.cache.length == session.prefilled.tokens
 
-    session.load(long_pdf, part=(3, 3))
+    session.load(long_pdf, part=part_of(long_pdf, 3, 3))
     assert session.notice == "Read pages 3-3 of 10 of long.pdf, as chosen."
 
 
@@ -99,8 +99,8 @@ def test_a_long_text_is_cut_at_a_paragraph_and_a_far_too_long_one_is_read_too(sm
 
 
 def test_ranges_are_checked_with_messages_that_say_what_to_type(long_pdf):
-    assert parse_range("2-4", long_pdf) == (2, 4) and parse_range("7-", long_pdf) == (7, 10)
-    assert parse_range("5", long_pdf) == (5, 5)
+    assert parse_range("2-4", long_pdf) == part_of(long_pdf, 2, 4) and parse_range("7-", long_pdf).last == 10
+    assert (parse_range("5", long_pdf).first, parse_range("5", long_pdf).last) == (5, 5)
     for bad, message in (("0-3", "between 1 and 10"), ("4-2", "no later than"), ("pages", "like 14-27"),
                          ("3-11", "has 10 pages")):
         with pytest.raises(kvqa.DocumentError, match=message):
@@ -133,8 +133,8 @@ def test_several_files_are_one_document_each_named_and_a_bad_one_is_skipped(tmp_
     (tmp_path / "broken.pdf").write_bytes(b"not a pdf")
     files = [as_upload(tmp_path / name) for name in ("vault.txt", "broken.pdf", "ferry.md")]
     with pytest.warns(UserWarning, match="broken.pdf"):
-        shown = ui.on_upload(files, None)
-    session = shown[ui.state]
+        shown = ui.reads.on_upload(files, None)
+    session = shown[ui.page.state]
     try:
         assert session.document.name == "vault.txt + ferry.md"
         text = session.document.text
@@ -155,9 +155,8 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     session = Session(LocalEngine(config, lm=lm))
     session.load(document)
     before = [(k.clone(), v.clone()) for k, v in session.prefilled.cache.tensors()]
-    session.remember = True
-    first = session.ask("When does the museum open?").answer
-    second = session.ask("And what is the secret word?").answer
+    first = session.ask(Ask("When does the museum open?", remember=True)).answer
+    second = session.ask(Ask("And what is the secret word?", remember=True)).answer
     history = [("When does the museum open?", first.text)]
     whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,  # quoting as the
                                       prompt=session.prefilled.prompt, history=history,  # engine does
@@ -171,10 +170,9 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
 
     session.new_conversation()  # the document is not read again; the next question follows nothing
     prefilled = session.prefilled
-    session.ask("When does the museum open?").answer
+    session.ask(Ask("When does the museum open?", remember=True)).answer
     assert session.turns[-1].follows == 0 and session.prefilled is prefilled and len(session.conversation()) == 1
-    session.remember = False
-    session.ask("Again?").answer
+    session.ask("Again?").answer  # remember off: the conversation is not read
     assert session.turns[-1].follows == 0
 
 
@@ -187,11 +185,10 @@ def test_a_long_conversation_keeps_the_latest_turns_that_fit(template, tiny_lm, 
     document = kvqa.document_from_text("A short document about birds. 这是一份关于鸟类的简短文件。")
     session = Session(LocalEngine(config, lm=lm))
     session.load(document)
-    session.remember = True
     questions = [f"Question number {n} about the birds?" if n % 2 else f"关于鸟类的第 {n} 个问题是什么？"
                  for n in range(6)]
     for n, question in enumerate(questions):
-        answer = session.ask(question).answer
+        answer = session.ask(Ask(question, remember=True)).answer
         kept = session.turns[-1].follows
         earlier = [(t.question, t.answer) for t in session.turns[:-1]]
         history = earlier[len(earlier) - kept:] if kept else []
@@ -221,13 +218,13 @@ def test_conversation_ids_match_the_template_in_one_go(tiny_llama3_lm, default_l
 def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
     ui = app.kvqa_app
     text = "\n\n".join(f"Paragraph {n}: the lamp number {n} is blue." for n in range(40))
-    shown = ui.api_prefill(text=text, part="1-200")
-    session = shown[ui.state]
+    shown = ui.api.api_prefill(text=text, part="1-200")
+    session = shown[ui.page.state]
     try:
         assert session.document.part == kvqa.documents.reading.Part("characters", 1, 200, len(text))
-        assert "Read characters 1-200 of" in shown[ui.api_status]
+        assert "Read characters 1-200 of" in shown[ui.api.api_status]
         with pytest.raises(app.gr.Error, match="like 14-27"):
-            ui.api_prefill(text=text, part="first half", session=session)
+            ui.api.api_prefill(text=text, part="first half", session=session)
         assert session.document.part.last == 200  # a bad range changes nothing
     finally:
         session.close()
@@ -236,19 +233,18 @@ def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
 def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
     config = kvqa.Config(max_new_tokens=8)
     ui = app.KvqaApp(config, LocalEngine(config, lm=default_lm), models=["tiny-llama"])
-    ui._engines["tiny-llama"] = LocalEngine(config, lm=tiny_lm)  # offered model, already loaded (no download)
-    ui.build()
-    session = ui.on_paste("The secret word is pelican.", None)[ui.state]
-    shown = ui.on_model("tiny-llama", session)
-    switched = shown[ui.state]
+    ui.service._engines["tiny-llama"] = LocalEngine(config, lm=tiny_lm)  # offered model, already loaded (no download)
+    session = ui.reads.on_paste("The secret word is pelican.", None)[ui.page.state]
+    shown = ui.reads.on_model("tiny-llama", session)
+    switched = shown[ui.page.state]
     try:
-        assert switched is not session and switched.engine is ui._engines["tiny-llama"]
+        assert switched is not session and switched.engine is ui.service._engines["tiny-llama"]
         assert switched.whole.text == session.whole.text and switched.prefilled.model_name == "tiny-llama"
         assert session.prefilled is None  # the old session's cache is freed
-        assert "tiny-llama" in shown[ui.promise_box]
-        assert switched in ui.clients.of("local")  # opened through new_session: per-client limits count it
+        assert "tiny-llama" in shown[ui.page.promise_box]
+        assert switched in ui.service.clients.of("local")  # opened through new_session: per-client limits count it
         with pytest.warns(UserWarning, match="not offered here"):
-            assert ui.on_model("some/other-model", switched) == {ui.model_box: ui.model_of(switched)}
+            assert ui.reads.on_model("some/other-model", switched) == {ui.page.model_box: ui.service.model_of(switched)}
     finally:
         switched.close()
 

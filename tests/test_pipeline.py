@@ -16,6 +16,7 @@ from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import ENVIRONMENT, Config, Decoding, config_from_env
 from kvqa.documents.reading import document_from_text
+from kvqa.session.session import Ask
 from test_architecture import PACKAGE, module_name
 from test_routing import TEXT
 
@@ -42,23 +43,22 @@ def question_scorings(seen: list[str]) -> dict[str, int]:
 
 def test_the_app_scores_each_question_once(scorings):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    session, _ = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     assert len(session.parts) > 2
     for question in QUESTIONS:
-        list(kvqa_app.on_ask(question, session, False))
+        list(kvqa_app.questions.on_ask(Ask(question), session))
     assert question_scorings(scorings) == dict.fromkeys(QUESTIONS, 1)
     assert len({t.part.first for t in session.turns}) > 1 and session.turns[0].sources  # routed, with sources
-    list(kvqa_app.on_ask(QUESTIONS[1], session, True))  # measured against a recompute: the same evidence serves both
+    # measured against a recompute: the same evidence serves both
+    list(kvqa_app.questions.on_ask(Ask(QUESTIONS[1], baseline=True), session))
     assert scorings.count(QUESTIONS[1]) == 2 and session.turns[-1].baseline is not None
 
 
 def test_the_api_scores_each_question_once(scorings):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session = kvqa_app.api_prefill(text=TEXT)[kvqa_app.state]
+    session = kvqa_app.api.api_prefill(text=TEXT)[kvqa_app.page.state]
     for question in QUESTIONS:
-        list(kvqa_app.api_ask(question, session=session))
+        list(kvqa_app.api.api_ask(question, session=session))
     assert question_scorings(scorings) == dict.fromkeys(QUESTIONS, 1) and len(session.turns) == 3
 
 
@@ -80,9 +80,8 @@ def test_the_cli_scores_each_question_once(scorings, tmp_path, capsys, monkeypat
 def test_the_engine_gets_the_passages_its_settings_quote():
     engine = FakeEngine()
     kvqa_app = app_module.KvqaApp(Config(), engine, budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session = kvqa_app.api_prefill(text=TEXT)[kvqa_app.state]  # one part: the fake engine reads it all
-    list(kvqa_app.api_ask(QUESTIONS[0], session=session))
+    session = kvqa_app.api.api_prefill(text=TEXT)[kvqa_app.page.state]  # one part: the fake engine reads it all
+    list(kvqa_app.api.api_ask(QUESTIONS[0], session=session))
     passages = engine.asked[-1].passages
     assert len(passages) == engine.options.passages == 1 and "pelican" in passages[0][1]
     assert engine.asked[-1].quotes(1) == [passages[0][1]]

@@ -14,8 +14,9 @@ import app as app_module
 from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
+from kvqa.documents.parts import part_of
 from kvqa.documents.reading import document_from_text
-from kvqa.session.session import Session
+from kvqa.session.session import Ask, Session
 from test_routing import TEXT, TOPICS
 
 
@@ -43,7 +44,7 @@ def test_every_part_is_read_once_and_a_routed_question_restores_its_part():
     parts = len(session.parts)
     assert read == parts - 1 and len(engine.read) == parts  # the first part at load, then each other part once
     assert ready[-1] == (parts, parts) and [d for d, _ in ready] == sorted(d for d, _ in ready)
-    assert "read ahead" in " ".join(str(m) for m in session.part_reads.values())
+    assert "read ahead" in " ".join(str(m) for m in session.parts.reads.values())
     session.ask(f"What is said about the {TOPICS[7].split()[1]}?").answer  # noqa: B018 - runs the answer
     assert "Section 7 is about" in session.document.text and session.prefilled.origin == "disk"
     assert len(engine.read) == parts  # restored, not read again
@@ -56,7 +57,8 @@ def test_nothing_is_read_ahead_without_a_store_or_for_a_pinned_part():
     assert session.read_ahead() == 0 and len(engine.read) == 1
     stored = FakeEngine(context_tokens=120, keeps_caches=True)
     pinned = Session(stored)
-    pinned.load(document_from_text(TEXT, name="long.txt"), part=(1, 400))
+    long = document_from_text(TEXT, name="long.txt")
+    pinned.load(long, part=part_of(long, 1, 400))
     assert pinned.read_ahead() == 0 and len(stored.read) == 1
 
 
@@ -86,7 +88,7 @@ def test_a_question_takes_the_model_and_the_half_read_part_is_read_again_whole()
     assert answered.is_set() and not reader.is_alive()
     half = engine.read[1]
     assert [d.text for d in engine.read].count(half.text) == 2  # dropped half read, then read again whole
-    assert session.turns[-1].answer and len(session.part_reads) == len(session.parts)
+    assert session.turns[-1].answer and len(session.parts.reads) == len(session.parts)
 
 
 def test_closing_the_session_mid_read_ends_the_reading_and_frees_the_budget():
@@ -119,8 +121,8 @@ def test_loading_another_document_ends_the_reading_of_the_first():
     session.load(document_from_text("A short note about the harbour ferry.", name="note.txt"))
     reader.join(10)
     assert not reader.is_alive() and session.document.text.startswith("A short note")
-    assert all("Section" not in m for m in map(str, session.part_reads.values()))
-    assert session.part_reads == {}
+    assert all("Section" not in m for m in map(str, session.parts.reads.values()))
+    assert session.parts.reads == {}
 
 
 def test_no_room_in_the_budget_stops_reading_ahead_without_evicting_anyone():
@@ -138,24 +140,23 @@ def test_the_app_reads_ahead_after_loading_and_the_status_follows(lang):
     go = threading.Event()
     engine.on_chunk = lambda document, chunk: go.wait(10) if len(engine.read) > 1 else None  # hold the reading
     kvqa_app = app_module.KvqaApp(Config(), engine, budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None,
+    session, _ = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None,
                                lang=lang)
     parts = len(session.parts)
-    ticking = kvqa_app.on_tick(session, lang)
-    assert ticking[kvqa_app.ahead_timer].active is True
-    status = ticking[kvqa_app.status]
+    ticking = kvqa_app.status.on_tick(session, lang)
+    assert ticking[kvqa_app.page.ahead_timer].active is True
+    status = ticking[kvqa_app.page.status]
     assert (f"parts ready: **1 of {parts}**; the others are being read" if lang == "en"
             else f"已就绪的部分：**1/{parts}**；其余部分正在后台读取") in status
     go.set()
-    assert wait_until(lambda: session not in kvqa_app.read_ahead_running)
-    done = kvqa_app.on_tick(session, lang)
-    assert done[kvqa_app.ahead_timer].active is False
-    assert (f"parts ready: **all {parts}**" if lang == "en" else f"全部 {parts} 个") in done[kvqa_app.status]
+    assert wait_until(lambda: not kvqa_app.service.reading_ahead(session))
+    done = kvqa_app.status.on_tick(session, lang)
+    assert done[kvqa_app.page.ahead_timer].active is False
+    assert (f"parts ready: **all {parts}**" if lang == "en" else f"全部 {parts} 个") in done[kvqa_app.page.status]
     quiet = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    alone, _ = quiet.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
-    assert alone not in quiet.read_ahead_running  # no store: parts are read when a question needs them
-    assert "the others are read when a question needs them" in quiet.status_markdown(alone)
+    alone, _ = quiet.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    assert not quiet.service.reading_ahead(alone)  # no store: parts are read when a question needs them
+    assert "the others are read when a question needs them" in quiet.status.status_markdown(alone)
 
 
 def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_read_now(tiny_lm, tmp_path):
@@ -183,15 +184,14 @@ def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_re
 def test_a_reader_who_will_not_wait_is_answered_from_the_best_part_ready():
     engine = FakeEngine(context_tokens=120, keeps_caches=True)
     session = session_with(engine)
-    session.ready_only = True
     question = f"What is said about the {TOPICS[7].split()[1]}?"  # its section lies in the last part
-    session.ask(question).answer  # noqa: B018 - runs the answer
+    session.ask(Ask(question, ready_only=True)).answer  # noqa: B018 - runs the answer
     assert len(engine.read) == 1 and session.part_index == 0  # nothing read: part 1 is all that is ready
     assert str(session.notice).startswith("Answering from part 1 of") and "is not read yet" in str(session.notice)
     assert session.also_index == len(session.parts) - 1  # offered: ask again in the best part (it would be read then)
     session.read_ahead()
     read = len(engine.read)
-    session.ask(question).answer  # noqa: B018
+    session.ask(Ask(question, ready_only=True)).answer  # noqa: B018
     assert "Section 7 is about" in session.document.text and len(engine.read) == read  # ready now: restored
     assert str(session.notice).startswith(f"Answering from part {len(session.parts)} of")
 

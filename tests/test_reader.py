@@ -57,26 +57,25 @@ def offline_app(cache_dir, **settings):
     config = kvqa.Config(cache_dir=cache_dir, **settings)
     default, gemma = FakeEngine(model="SmolLM2-135M-Instruct"), FakeEngine(model="gemma-3-270m")
     ui = app.KvqaApp(config, default, models=["gemma-3-270m"])
-    ui._engines["gemma-3-270m"] = gemma  # offered, already loaded
-    ui.build()
+    ui.service._engines["gemma-3-270m"] = gemma  # offered, already loaded
     return ui, default, gemma
 
 
 def test_the_app_reads_a_chinese_document_with_the_model_that_reads_it_and_says_why(converted):
     ui, default, gemma = offline_app(converted)
-    first = ui.on_paste(ENGLISH, None)[ui.state]
+    first = ui.reads.on_paste(ENGLISH, None)[ui.page.state]
     assert first.engine is default
-    shown = ui.on_paste(CHINESE, first, lang="zh")
-    session = shown[ui.state]
+    shown = ui.reads.on_paste(CHINESE, first, lang="zh")
+    session = shown[ui.page.state]
     try:
         assert session is not first and session.engine is gemma and gemma.prefills == 1
         assert first.closed and first.prefilled is None  # the English one is freed once the new read succeeded
-        assert shown[ui.model_box] == "gemma-3-270m"
-        assert "gemma-3-270m" in shown[ui.status] and "文档主要是中文" in shown[ui.status]
-        english = ui.on_paste(ENGLISH, session)[ui.state]  # English again: the default reads it
+        assert shown[ui.page.model_box] == "gemma-3-270m"
+        assert "gemma-3-270m" in shown[ui.page.status] and "文档主要是中文" in shown[ui.page.status]
+        english = ui.reads.on_paste(ENGLISH, session)[ui.page.state]  # English again: the default reads it
         assert english.engine is default and session.closed
         english.close()
-        api = ui.api_prefill(text=CHINESE)[ui.state]  # the API the same
+        api = ui.api.api_prefill(text=CHINESE)[ui.page.state]  # the API the same
         assert api.engine is gemma
         api.close()
     finally:
@@ -85,15 +84,16 @@ def test_the_app_reads_a_chinese_document_with_the_model_that_reads_it_and_says_
 
 def test_a_model_chosen_in_the_list_or_named_is_kept(converted):
     ui, default, gemma = offline_app(converted)
-    session = ui.on_paste(ENGLISH, None)[ui.state]
-    assert ui.on_model("SmolLM2-135M-Instruct", session) == gr.skip()  # chosen in the list, though already reading
-    session = ui.on_paste(CHINESE, session)[ui.state]
+    session = ui.reads.on_paste(ENGLISH, None)[ui.page.state]
+    # chosen in the list, though already reading
+    assert ui.reads.on_model("SmolLM2-135M-Instruct", session) == gr.skip()
+    session = ui.reads.on_paste(CHINESE, session)[ui.page.state]
     try:
         assert session.engine is default  # chosen in the list: the Chinese document stays with it
     finally:
         session.close()
     named, default, gemma = offline_app(converted, model_reason=Message("reason.command_line"))
-    session = named.on_paste(CHINESE, None)[named.state]
+    session = named.reads.on_paste(CHINESE, None)[named.page.state]
     try:
         assert session.engine is default and gemma.prefills == 0
     finally:
@@ -107,11 +107,11 @@ def test_a_failed_read_on_the_other_model_leaves_the_session_as_it_was(converted
         raise kvqa.errors.OutOfMemory("memory.out", doing=Message("doing.reading"))
 
     gemma.on_chunk = out_of_memory
-    session = ui.on_paste(ENGLISH, None)[ui.state]
+    session = ui.reads.on_paste(ENGLISH, None)[ui.page.state]
     try:
         with pytest.warns(UserWarning):
-            shown = ui.on_paste(CHINESE, session)
-        assert ui.state not in shown or shown[ui.state] is session
+            shown = ui.reads.on_paste(CHINESE, session)
+        assert ui.page.state not in shown or shown[ui.page.state] is session
         assert not session.closed and session.engine is default and session.document.text.startswith("The Lumaro")
     finally:
         session.close()

@@ -130,12 +130,11 @@ def test_a_six_turn_follow_up_drops_the_oldest_turns_and_equals_transformers_gen
     config = kvqa.Config(max_new_tokens=NEW_TOKENS, max_question_tokens=limit, repeat_stop=0, quote_passages=0)
     session = kvqa.Session(kvqa.LocalEngine(config, lm=default_lm))
     session.load(kvqa.document_from_text(DOCUMENT))
-    session.remember = True
     system = {"role": "system", "content": system_text(DOCUMENT)}
     questions = [*FOLLOW_UPS, "What temperature should the water be?", "Where can I order spare parts?",
                  "How long does delivery take in Portugal?"]
     for question in questions:
-        answer = session.ask(question).answer
+        answer = session.ask(kvqa.Ask(question, remember=True)).answer
         kept = session.turns[-1].follows
         earlier = [(t.question, t.answer) for t in session.turns[:-1]]
 

@@ -13,16 +13,17 @@ import app as app_module
 from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
-from kvqa.documents.parts import plan
+from kvqa.documents.parts import part_of, plan
 from kvqa.documents.reading import Document, document_from_text
 from kvqa.errors import QuestionError
 from kvqa.evidence.routing import also_matching, route
 from kvqa.evidence.sources import rank
 from kvqa.export import session_dict, to_markdown
 from kvqa.messages import render
-from kvqa.session.session import Session
+from kvqa.session.session import Ask, Session
 from kvqa.ui.answers import chat_messages
 from kvqa.ui.latency import latency_summary
+from kvqa.ui.panels import also_button
 
 TOPICS = ["lighthouse keeper pelican", "ferry timetable harbour", "orchard apples pears", "railway viaduct granite",
           "museum tapestry weavers", "glacier meltwater valley", "bakery sourdough ovens",
@@ -71,7 +72,7 @@ def test_each_question_is_answered_from_the_part_that_holds_it():
 
 def test_a_pinned_part_and_a_document_that_fits_are_never_routed():
     engine, session = loaded()
-    session.load(session.whole, part=(1, 200))
+    session.load(session.whole, part=part_of(session.whole, 1, 200))
     session.ask(f"What about the {TOPICS[7].split()[1]}?").answer  # noqa: B018
     assert session.document.part.last == 200 and session.turns[-1].part is not None
     engine, session = loaded(context_tokens=10_000)
@@ -116,7 +117,7 @@ def test_plan_and_route_on_their_own():
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_app_says_which_part_an_answer_came_from(lang):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    session, _ = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     session.ask("What about the comet and the telescope?").answer  # noqa: B018
     last = chat_messages(session, lang)[-1]["content"]
     part = session.turns[-1].part
@@ -125,7 +126,7 @@ def test_the_app_says_which_part_an_answer_came_from(lang):
 
 def test_the_latency_panel_lists_each_part_read_once():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    session, _ = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
     first = session.document.part
     assert f"Parts read, of {len(session.parts)}: characters 1-{first.last:,} of {len(TEXT):,} (read now:" in (
         latency_summary(session))
@@ -144,12 +145,13 @@ def test_before_reading_a_long_document_says_how_many_parts_it_makes():
     config = Config(max_question_tokens=10, max_new_tokens=10)
     kvqa_app = app_module.KvqaApp(config, FakeEngine(context_tokens=400), budget=CacheBudget(2**30))
     said = []
-    kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda fraction, desc=None: said.append(desc))
+    kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None,
+                          lambda fraction, desc=None: said.append(desc))
     planned = int(re.search(r"it makes about (\d+) parts for this model, the first read now", said[-1]).group(1))
     assert planned >= 2  # an estimate before reading: the prompt's own tokens are guessed, not counted
-    session = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)[0]
+    session = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)[0]
     short = document_from_text("A short note about the ferry.")
-    kvqa_app.read(short, session, None, lambda fraction, desc=None: said.append(desc))
+    kvqa_app.service.read(short, session, None, lambda fraction, desc=None: said.append(desc))
     assert "parts" not in said[-1]
 
 
@@ -181,7 +183,7 @@ def test_another_part_that_matches_as_well_is_named():
     assert ("comet" in other) != ("comet" in session.document.text)  # the word the chosen part lacks
     assert f"Part {session.also_index + 1} (characters {first:,}-{last:,}" in render(said, "en")
     assert f"第 {session.also_index + 1} 部分" in render(said, "zh")
-    session.ask("Where are the pelican and the comet?", part=session.also_index).answer  # noqa: B018 - ask it there
+    session.ask(Ask("Where are the pelican and the comet?", part=session.turns[-1].also)).answer  # noqa: B018 - ask it there
     assert (session.turns[-1].part.first, session.turns[-1].part.last) == (first, last)
     assert engine.read[-1].text == other and session.notice.key == "notice.routed_asked" and session.also_index is None
     session.ask("What is said about the sourdough?").answer  # noqa: B018 - routed again; one part alone holds it
@@ -192,31 +194,31 @@ def test_another_part_that_matches_as_well_is_named():
 def test_asking_from_a_part_that_does_not_exist_changes_nothing():
     _, session = loaded()
     before = (session.document, len(session.turns))
-    with pytest.raises(QuestionError, match=f"this document has {len(session.parts)} parts"):
-        session.ask("Where is the comet?", part=len(session.parts)).answer  # noqa: B018
+    with pytest.raises(QuestionError, match=f"1-2 is not one of this document's parts \\({session.parts.listed()}\\)"):
+        session.ask(Ask("Where is the comet?", part=part_of(session.whole, 1, 2)))  # refused before it streams
     assert (session.document, len(session.turns)) == before
 
 
 def test_the_app_offers_to_ask_again_from_the_other_part(monkeypatch):
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session, _ = kvqa_app.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
-    assert kvqa_app.also_button(session)["visible"] is False  # nothing asked yet
-    shown = list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))[-1]
-    button = shown[kvqa_app.also_btn]
+    session, _ = kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None, lambda *a, **k: None)
+    assert also_button(session)["visible"] is False  # nothing asked yet
+    shown = list(kvqa_app.questions.on_ask(Ask("Where are the pelican and the comet?"), session))[-1]
+    button = shown[kvqa_app.page.also_btn]
     first, last, _ = session.parts[session.also_index]
     assert button["visible"] and button["value"] == f"Ask again from part {session.also_index + 1} (characters " \
         f"{first:,}-{last:,} of {len(TEXT):,})"
-    assert "从第" in kvqa_app.also_button(session, "zh")["value"]
-    shown = list(kvqa_app.on_ask_also(session, False))[-1]
+    assert "从第" in also_button(session, "zh")["value"]
+    shown = list(kvqa_app.questions.on_ask_also(session, False))[-1]
     assert session.turns[-1].question == session.turns[-2].question and session.turns[-1].part.first == first
-    assert shown[kvqa_app.also_btn]["visible"] is False  # asked there: nothing more to offer
+    assert shown[kvqa_app.page.also_btn]["visible"] is False  # asked there: nothing more to offer
     warned = []
     monkeypatch.setattr(app_module.gr, "Warning", warned.append)
-    assert list(kvqa_app.on_ask_also(session, False)) == [gr.skip()] and "No other part matched" in warned[0]
-    list(kvqa_app.on_ask("Where are the pelican and the comet?", session, False))
+    assert list(kvqa_app.questions.on_ask_also(session, False)) == [gr.skip()] and "No other part matched" in warned[0]
+    list(kvqa_app.questions.on_ask(Ask("Where are the pelican and the comet?"), session))
     assert session.also_index is not None
-    assert kvqa_app.on_new_conversation(session)[kvqa_app.also_btn]["visible"] is False  # a new conversation
+    # a new conversation
+    assert kvqa_app.questions.on_new_conversation(session)[kvqa_app.page.also_btn]["visible"] is False
     assert session.also_index is None and session.turns  # the turns are kept; the offer was the last conversation's
 
 
@@ -252,25 +254,23 @@ def test_the_conversation_keeps_the_other_part_that_matched():
 
 def test_the_api_prefill_line_lists_the_parts():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    kvqa_app.build()
-    shown = kvqa_app.api_prefill(text=TEXT)
-    session = shown[kvqa_app.state]
+    shown = kvqa_app.api.api_prefill(text=TEXT)
+    session = shown[kvqa_app.page.state]
     listed = ", ".join(f"{a}-{b}" for a, b, _ in session.parts)
-    assert len(session.parts) > 2 and shown[kvqa_app.api_status].endswith(f"Parts (characters): {listed}.")
-    assert "Parts" not in kvqa_app.api_prefill(text="A short note.", session=session)[kvqa_app.api_status]
+    assert len(session.parts) > 2 and shown[kvqa_app.api.api_status].endswith(f"Parts (characters): {listed}.")
+    assert "Parts" not in kvqa_app.api.api_prefill(text="A short note.", session=session)[kvqa_app.api.api_status]
 
 
 def test_the_api_asks_in_a_part_it_names():
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(context_tokens=120), budget=CacheBudget(2**30))
-    kvqa_app.build()
-    session = kvqa_app.api_prefill(text=TEXT)[kvqa_app.state]
+    session = kvqa_app.api.api_prefill(text=TEXT)[kvqa_app.page.state]
     last = session.parts[-1]
-    list(kvqa_app.api_ask("Where is the pelican?", part=f"{last[0]}-{last[1]}", session=session))
+    list(kvqa_app.api.api_ask("Where is the pelican?", part=f"{last[0]}-{last[1]}", session=session))
     assert (session.turns[-1].part.first, session.turns[-1].part.last) == last[:2]  # there, though it matches part 1
-    list(kvqa_app.api_ask("Where is the pelican?", session=session))
+    list(kvqa_app.api.api_ask("Where is the pelican?", session=session))
     assert session.turns[-1].part.first == 1  # routed as before
     with pytest.raises(app_module.gr.Error, match=r"1-5 is not one of this document's parts \(1-"):
-        list(kvqa_app.api_ask("Where is the pelican?", part="1-5", session=session))
+        list(kvqa_app.api.api_ask("Where is the pelican?", part="1-5", session=session))
     with pytest.raises(app_module.gr.Error, match="like 14-27"):
-        list(kvqa_app.api_ask("Where is the pelican?", part="the last one", session=session))
+        list(kvqa_app.api.api_ask("Where is the pelican?", part="the last one", session=session))
     assert len(session.turns) == 2  # the refused questions changed nothing

@@ -46,11 +46,12 @@ def secret(tmp_path):
 def reads(monkeypatch):
     """Every document the app reads, by path (the server runs in this process)."""
     import kvqa.documents.reading
+    import kvqa.ui.loading
 
     seen = []
     real = kvqa.documents.reading.load_document
     spy = lambda path, **kw: seen.append(str(path)) or real(path, **kw)  # noqa: E731
-    monkeypatch.setattr(app, "load_document", spy)
+    monkeypatch.setattr(kvqa.ui.loading, "load_document", spy)  # the sample
     monkeypatch.setattr(kvqa.documents.reading, "load_document", spy)  # what load_documents() calls for uploads
     return seen
 
@@ -112,10 +113,10 @@ def test_the_app_handlers_refuse_server_paths(secret, tmp_path, reads):
     """What every handler does with a path, also if a deployment bypasses Gradio's own check (see the next test)."""
     for kind, path in outside_paths(secret, tmp_path).items():
         with pytest.raises(gr.Error, match="was not uploaded to this app") as e:
-            app.kvqa_app.api_prefill(file=path, session=None)
+            app.kvqa_app.api.api_prefill(file=path, session=None)
         assert str(secret) not in str(e.value), kind
         with pytest.warns(UserWarning, match="was not uploaded to this app"):
-            outputs = app.kvqa_app.on_upload(path, None)
+            outputs = app.kvqa_app.reads.on_upload(path, None)
         assert outputs == gr.skip()  # no session created, nothing on screen changes
     assert reads == []  # nothing was read
 
@@ -125,9 +126,9 @@ def test_every_handler_that_takes_a_file_refuses_server_paths(secret, tmp_path, 
     rest as a browser would send them); each refuses it, names no path, and reads nothing. A new file input makes
     this test call its handler too, or fail until it knows how."""
     calls = {
-        "on_upload": lambda path: app.kvqa_app.on_upload(path, None),
-        "on_paste": lambda path: app.kvqa_app.on_paste("", None, [path]),
-        "api_prefill": lambda path: app.kvqa_app.api_prefill(file=path, session=None),
+        "on_upload": lambda path: app.kvqa_app.reads.on_upload(path, None),
+        "on_paste": lambda path: app.kvqa_app.reads.on_paste("", None, [path]),
+        "api_prefill": lambda path: app.kvqa_app.api.api_prefill(file=path, session=None),
     }
     with_files = {getattr(f.fn, "__name__", str(f.fn)) for f in app.demo.fns.values()
                   if any(isinstance(c, (gr.File, gr.UploadButton)) for c in f.inputs)}
@@ -246,7 +247,7 @@ def served_fake():
     from kvqa.config import Config
 
     kvqa_app = app.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
-    page = kvqa_app.build()
+    page = kvqa_app.demo
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

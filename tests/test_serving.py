@@ -42,7 +42,7 @@ def served():
     """A fresh app on loopback with a queue of one, a 1 MB upload limit and a gated engine."""
     engine = GatedEngine()
     kvqa_app = app_module.KvqaApp(Config(max_file_mb=1), engine, budget=CacheBudget(2**30))
-    page = kvqa_app.build()
+    page = kvqa_app.demo
     port = free_port()
     app_module.serve(page, kvqa_app, concurrency=1, queue_size=1, host="127.0.0.1", port=port,
                      prevent_thread_lock=True, quiet=True)
@@ -72,7 +72,8 @@ def test_an_unexpected_error_says_nothing_of_its_internals(served, monkeypatch):
 
     with httpx.Client(base_url=url, timeout=60) as http:
         assert "prefilled" in call(http, "prefill", [None, "A short document about ferries.", None])
-        monkeypatch.setattr("kvqa.ui.reading.document_from_text", broken)  # /prefill now fails inside, as a bug would
+        # /prefill now fails inside, as a bug would
+        monkeypatch.setattr("kvqa.session.service.document_from_text", broken)
         reply = call(http, "prefill", [None, "Another document about ferries.", None])
     assert "event: error" in reply and "internal detail" not in reply and "Traceback" not in reply
 
@@ -122,7 +123,7 @@ def one_document_each(request, monkeypatch):
     monkeypatch.setenv("FORWARDED_ALLOW_IPS", "192.0.2.1")
     kvqa_app = app_module.KvqaApp(Config(sessions_per_client=1), FakeEngine(), budget=CacheBudget(2**30),
                                   behind_proxy=request.param)
-    page = kvqa_app.build()
+    page = kvqa_app.demo
     port = free_port()
     app_module.serve(page, kvqa_app, concurrency=2, queue_size=8, host="127.0.0.1", port=port,
                      prevent_thread_lock=True, quiet=True)

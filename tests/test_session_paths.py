@@ -14,9 +14,10 @@ import kvqa
 from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.cache.shared import SharedCaches
+from kvqa.documents.parts import part_of
 from kvqa.engines import LocalEngine
 from kvqa.errors import QuestionError
-from kvqa.session.session import Session, Turn, cache_origin, speedup
+from kvqa.session.session import Ask, Session, Turn, cache_origin, speedup
 from kvqa.timing import Timings
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=256)
@@ -44,10 +45,8 @@ def test_a_new_session_holds_nothing_and_is_free():
     session = Session(FakeEngine())
     assert (session.whole, session.document, session.notice, session.prefilled, session.fingerprint) == (None,) * 5
     assert (session.parts, session.turns, session.conversation(), session.history()) == ([], [], [], [])
-    assert (session.pinned, session.ready_only, session.remember, session.closed, session.recompute,
-            session.busy) == (False,) * 6
-    assert all(type(flag) is bool for flag in (session.pinned, session.ready_only, session.remember, session.closed,
-                                               session.recompute))
+    assert (session.parts.pinned, session.closed, session.recompute, session.busy) == (False,) * 4
+    assert all(type(flag) is bool for flag in (session.parts.pinned, session.closed, session.recompute))
 
 
 def test_the_same_document_again_is_already_loaded_and_keeps_the_conversation():
@@ -122,7 +121,7 @@ def test_a_rebuilt_cache_reports_progress_and_is_handed_to_on_rebuild():
     session.load(kvqa.document_from_text("word " * 50))
     assert session.try_evict() and session.prefilled is None
     said, rebuilt = [], []
-    session.ask("What word?", progress=said.append, on_rebuild=rebuilt.append).answer  # noqa: B018 - runs it
+    session.ask(Ask("What word?", progress=said.append, on_rebuild=rebuilt.append)).answer  # noqa: B018 - runs it
     assert said == [pytest.approx(1 / 3), pytest.approx(2 / 3), 1.0]
     assert rebuilt == [session.prefilled] and engine.prefills == 2
 
@@ -138,7 +137,7 @@ def test_reading_another_part_reports_progress_and_hands_the_part_to_on_part():
     assert len(session.parts) >= 2
     first_part = session.document.part
     said, parts = [], []
-    session.ask("What of the quarry?", progress=said.append, on_part=parts.append).answer  # noqa: B018 - runs it
+    session.ask(Ask("What of the quarry?", progress=said.append, on_part=parts.append)).answer  # noqa: B018 - runs it
     assert session.document.part != first_part and "quarry" in session.document.text
     assert parts == [session.prefilled] and parts[0].document is session.document
     assert said == [0.5, 1.0]
@@ -150,7 +149,7 @@ def test_stop_ends_the_answer_and_no_baseline_is_measured_for_it(tiny_lm):
     session = session_on(tiny_lm)
     full = session.ask("Where does the ferry leave from?").answer
     assert full.timings.new_tokens > 2
-    stream = session.ask("Where does the ferry leave from?", baseline=True)
+    stream = session.ask(Ask("Where does the ferry leave from?", baseline=True))
     next(iter(stream))
     session.stop()
     stopped = stream.answer
@@ -162,8 +161,7 @@ def test_the_baseline_of_a_follow_up_recomputes_the_same_prompt(tiny_lm):
     """The measured baseline reads the same prompt as the cached answer, earlier turns included: its tokens are the
     cached answer's (mutmut: `history=` left out of the recompute)."""
     session = session_on(tiny_lm)
-    session.remember = True
-    answers = [session.ask(q, baseline=True).answer
+    answers = [session.ask(Ask(q, baseline=True, remember=True)).answer
                for q in ("Where does the ferry leave from?", "And when?", "When does the museum close?")]
     assert [t.follows for t in session.turns] == [0, 1, 2]
     for turn, answer in zip(session.turns, answers):  # each turn records its answer whole
@@ -183,7 +181,7 @@ def test_the_baseline_reads_the_prompt_the_cache_was_made_with(tiny_llama3_lm, m
     monkeypatch.setattr(kvqa.prompt, "today", lambda: "1 Jan 1999")
     session = session_on(tiny_llama3_lm)
     monkeypatch.setattr(kvqa.prompt, "today", lambda: "29 Nov 2026")
-    cached = session.ask("When does the museum open?", baseline=True).answer
+    cached = session.ask(Ask("When does the museum open?", baseline=True)).answer
     assert session.turns[-1].baseline_same is True
     today = kvqa.answer_without_cache(tiny_llama3_lm, session.document, "When does the museum open?", config=CONFIG)
     assert today.token_ids != cached.token_ids  # today's prompt answers otherwise: the check can tell them apart
@@ -217,12 +215,12 @@ def test_recompute_mode_loads_a_document_or_a_chosen_part_without_reading_it(tin
     document = kvqa.document_from_text(TEXT)
     session = Session(LocalEngine(CONFIG, lm=tiny_lm), recompute=True)
     assert session.load(document) is True
-    assert (session.whole, session.document, session.parts, session.pinned, session.notice) == (
+    assert (session.whole, session.document, session.parts, session.parts.pinned, session.notice) == (
         document, document, [(1, len(TEXT), 0)], False, None)
     session.ask("Where does the ferry leave from?").answer  # noqa: B018 - runs it
     assert session.load(document) is False and len(session.turns) == 1  # already loaded: nothing changes
-    assert session.load(document, part=(1, 120)) is True
+    assert session.load(document, part=part_of(document, 1, 120)) is True
     assert session.whole is document and session.document.text == TEXT[:120] and session.parts == [(1, 120, 0)]
-    assert session.pinned and session.notice.key == "notice.chosen" and session.turns == []
+    assert session.parts.pinned and session.notice.key == "notice.chosen" and session.turns == []
     assert session.prefilled is None and session.ask("When does the museum open?").answer.text
     assert session.turns[-1].part == session.document.part and session.turns[-1].part.last == 120

@@ -14,8 +14,7 @@ import kvqa
 from kvqa.cache.budget import CacheBudget
 from kvqa.engines import LocalEngine
 from kvqa.model.kv_cache import bytes_per_token
-from kvqa.session.parts import YIELD_WAIT_S
-from kvqa.session.session import Session
+from kvqa.session.session import YIELD_WAIT_S, Ask, Session
 
 CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
 DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)
@@ -23,7 +22,7 @@ DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document i
 
 
 def answer(lm, session: Session, question: str, **kw) -> kvqa.Answer:
-    return session.ask(question, **kw).answer
+    return session.ask(Ask(question, **kw)).answer
 
 
 def new_session(lm, budget=None, **kw) -> Session:

@@ -12,7 +12,7 @@ from kvqa.cache.shared import SharedCaches
 from kvqa.cache.store import KVStore
 from kvqa.engines import LocalEngine, make_engine
 from kvqa.errors import BusyError
-from kvqa.session.session import Session, cache_origin
+from kvqa.session.session import Ask, Session, cache_origin
 
 CONFIG = kvqa.Config(max_new_tokens=10, max_question_tokens=64)
 DOC = kvqa.document_from_text("The harbour's code word is pelican. The ferry leaves at nine every morning. " * 10)
@@ -163,5 +163,5 @@ def test_an_evicted_cache_comes_back_from_disk_with_the_same_answers(tiny_lm, tm
     second.load(OTHER)
     assert first.prefilled is None  # evicted to make room
     rebuilt = []
-    assert first.ask(QUESTIONS[0], on_rebuild=rebuilt.append).answer.token_ids == before
+    assert first.ask(Ask(QUESTIONS[0], on_rebuild=rebuilt.append)).answer.token_ids == before
     assert first.origin == "disk" and len(rebuilt) == 1 and "restored from disk" in cache_origin(first)

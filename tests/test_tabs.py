@@ -31,13 +31,12 @@ def held():
         assert release.wait(10), "the test never let the read go on"
 
     ui = app_module.KvqaApp(Config(), FakeEngine(on_chunk=hold), budget=CacheBudget(2**30))
-    ui.build()
     return SimpleNamespace(ui=ui, release=release, reading=reading)
 
 
 def read_in_background(ui, request, text="The secret word is pelican. The museum opens at nine.") -> dict:
     shown = {}
-    thread = threading.Thread(target=lambda: shown.update(ui.on_paste(text, None, None, "en", request)))
+    thread = threading.Thread(target=lambda: shown.update(ui.reads.on_paste(text, None, None, "en", request)))
     thread.start()
     shown["thread"] = thread
     return shown
@@ -49,58 +48,57 @@ def contents(chat) -> list[str]:
 
 def test_questions_asked_during_a_read_wait_for_it_then_are_answered_in_turn(held):
     ui, request = held.ui, tab_request()
-    ui.on_read_asked(request)
+    ui.reads.on_read_asked(request)
     shown = read_in_background(ui, request)
     assert held.reading.wait(10)
-    first = ui.on_question("What is the secret word?", None, "en", request)
-    assert first[ui.question] == "" and "answered when the document is ready" in contents(first[ui.chat])[-1]
-    second = ui.on_question("When does the museum open?", None, "en", request)
-    assert contents(second[ui.chat])[::2] == ["What is the secret word?", "When does the museum open?"]
-    answers = ui.on_answer(None, False, False, "en", False, request)
+    first = ui.questions.on_question("What is the secret word?", None, "en", request)
+    assert first[ui.page.question] == "" and "answered when the document is ready" in contents(first[ui.page.chat])[-1]
+    second = ui.questions.on_question("When does the museum open?", None, "en", request)
+    assert contents(second[ui.page.chat])[::2] == ["What is the secret word?", "When does the museum open?"]
+    answers = ui.questions.on_answer(None, False, False, "en", False, request)
     waiting = next(answers)  # the chat while the read goes on: both questions, the first one waiting for the read
-    assert contents(waiting[ui.chat])[::2] == ["What is the secret word?", "When does the museum open?"]
+    assert contents(waiting[ui.page.chat])[::2] == ["What is the secret word?", "When does the museum open?"]
     held.release.set()
     outputs = list(answers)[-1]
     shown["thread"].join(10)
-    assert ui.state in shown, shown
-    session = shown[ui.state]
-    assert outputs[ui.state] is session and [t.question for t in session.turns] == ["What is the secret word?"]
-    assert contents(outputs[ui.chat])[-2:] == ["When does the museum open?",
+    assert ui.page.state in shown, shown
+    session = shown[ui.page.state]
+    assert outputs[ui.page.state] is session and [t.question for t in session.turns] == ["What is the secret word?"]
+    assert contents(outputs[ui.page.chat])[-2:] == ["When does the museum open?",
                                                 "<sub>⏳ Waiting for the answer before it.</sub>"]
-    outputs = list(ui.on_answer(session, False, False, "en", False, request))[-1]
+    outputs = list(ui.questions.on_answer(session, False, False, "en", False, request))[-1]
     assert [t.question for t in session.turns] == ["What is the secret word?", "When does the museum open?"]
-    assert not any("⏳" in c for c in contents(outputs[ui.chat]))
-    assert list(ui.on_answer(session, False, False, "en", False, request)) == [gr.skip()]  # none left
+    assert not any("⏳" in c for c in contents(outputs[ui.page.chat]))
+    assert list(ui.questions.on_answer(session, False, False, "en", False, request)) == [gr.skip()]  # none left
 
 
 def test_stop_withdraws_the_questions_waiting_for_a_read(held, monkeypatch):
     ui, request = held.ui, tab_request()
-    ui.on_read_asked(request)
+    ui.reads.on_read_asked(request)
     shown = read_in_background(ui, request)
     assert held.reading.wait(10)
-    ui.on_question("What is the secret word?", None, "en", request)
-    answers = ui.on_answer(None, False, False, "en", False, request)
+    ui.questions.on_question("What is the secret word?", None, "en", request)
+    answers = ui.questions.on_answer(None, False, False, "en", False, request)
     next(answers)
-    ui.on_question("When does the museum open?", None, "en", request)
+    ui.questions.on_question("When does the museum open?", None, "en", request)
     said = []
     monkeypatch.setattr(gr, "Info", lambda message, *a, **k: said.append(message))  # a toast, in a served app
-    ui.on_stop(None, "en", request)
+    ui.questions.on_stop(None, "en", request)
     assert said == ["Stopped: 2 waiting question(s) withdrawn."]
     held.release.set()
     last = list(answers)[-1]
-    assert not any("⏳" in c for c in contents(last[ui.chat]))  # the chat without them
+    assert not any("⏳" in c for c in contents(last[ui.page.chat]))  # the chat without them
     shown["thread"].join(10)
-    assert shown[ui.state].turns == []  # neither was answered
-    assert list(ui.on_answer(shown[ui.state], False, False, "en", False, request)) == [gr.skip()]
+    assert shown[ui.page.state].turns == []  # neither was answered
+    assert list(ui.questions.on_answer(shown[ui.page.state], False, False, "en", False, request)) == [gr.skip()]
 
 
 def test_a_question_with_no_document_and_none_coming_is_refused_with_no_change():
     ui = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
-    ui.build()
     with pytest.warns(UserWarning, match="No document is loaded yet"):
-        assert ui.on_question("Hello?", None, "en", tab_request()) == gr.skip()
+        assert ui.questions.on_question("Hello?", None, "en", tab_request()) == gr.skip()
     with pytest.warns(UserWarning, match="The question is empty"):
-        assert ui.on_question("  ", None, "en", tab_request()) == gr.skip()
+        assert ui.questions.on_question("  ", None, "en", tab_request()) == gr.skip()
     with pytest.warns(UserWarning, match="Nothing to stop"):
-        ui.on_stop(None, "en", tab_request())
+        ui.questions.on_stop(None, "en", tab_request())
 

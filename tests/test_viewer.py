@@ -106,7 +106,6 @@ def test_text_context_marks_the_passage_and_its_sentence_and_escapes_html():
 
 def viewer_app() -> app_module.KvqaApp:
     kvqa_app = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
-    kvqa_app.build()
     return kvqa_app
 
 
@@ -114,59 +113,61 @@ def test_the_app_shows_each_answers_source_on_its_page(tmp_path):
     kvqa_app = viewer_app()
     path = tmp_path / "declaration.pdf"
     path.write_bytes(pdf_of(declaration_pages()))
-    shown = kvqa_app.on_upload([as_upload(path)], None)
-    session = shown[kvqa_app.state]
-    assert shown[kvqa_app.evidence_page]["visible"] is False  # no answer yet
+    shown = kvqa_app.reads.on_upload([as_upload(path)], None)
+    session = shown[kvqa_app.page.state]
+    assert shown[kvqa_app.page.evidence_page]["visible"] is False  # no answer yet
     for question in ["Who has obstructed the Administration of Justice?", "What rights are unalienable?"]:
         session.ask(question).answer  # noqa: B018 - runs the answer
-    panels = kvqa_app.panels(session)
-    pick = panels[kvqa_app.evidence_pick]
+    panels = kvqa_app.panels.show(session)
+    pick = panels[kvqa_app.page.evidence_pick]
     assert pick["value"] == "1:0" and len(pick["choices"]) >= 2  # the latest answer's first source, all listed
-    page = panels[kvqa_app.evidence_page]
+    page = panels[kvqa_app.page.evidence_page]
     assert page["visible"] and highlighted_pixels(page["value"]) > 500
-    assert f"Page {session.turns[1].sources[0].page}, the passage highlighted" in panels[kvqa_app.evidence_text]
-    earlier = kvqa_app.on_evidence("0:0", session)  # an earlier answer's source, by choosing it
-    assert earlier[kvqa_app.evidence_pick]["value"] == "0:0"
-    assert "Administration of Justice" in earlier[kvqa_app.evidence_text]
-    zh = kvqa_app.on_evidence("0:0", session, "zh")[kvqa_app.evidence_text]
+    assert f"Page {session.turns[1].sources[0].page}, the passage highlighted" in panels[kvqa_app.page.evidence_text]
+    earlier = kvqa_app.evidence.on_evidence("0:0", session)  # an earlier answer's source, by choosing it
+    assert earlier[kvqa_app.page.evidence_pick]["value"] == "0:0"
+    assert "Administration of Justice" in earlier[kvqa_app.page.evidence_text]
+    zh = kvqa_app.evidence.on_evidence("0:0", session, "zh")[kvqa_app.page.evidence_text]
     assert "已高亮该段落" in zh
 
 
 def test_a_text_document_shows_the_passage_in_its_text():
     kvqa_app = viewer_app()
-    session, _ = kvqa_app.read(kvqa.document_from_text("Apples grow in the orchard.\n\nThe ferry leaves at nine."),
-                               None, None, lambda *a, **k: None)
+    document = kvqa.document_from_text("Apples grow in the orchard.\n\nThe ferry leaves at nine.")
+    session, _ = kvqa_app.service.read(document, None, None, lambda *a, **k: None)
     session.ask("When does the ferry leave?").answer  # noqa: B018
-    panels = kvqa_app.panels(session)
-    assert panels[kvqa_app.evidence_page]["visible"] is False
-    assert "<mark class='kvqa-passage'>" in panels[kvqa_app.evidence_text]
-    assert "ferry leaves at nine" in panels[kvqa_app.evidence_text]
+    panels = kvqa_app.panels.show(session)
+    assert panels[kvqa_app.page.evidence_page]["visible"] is False
+    assert "<mark class='kvqa-passage'>" in panels[kvqa_app.page.evidence_text]
+    assert "ferry leaves at nine" in panels[kvqa_app.page.evidence_text]
 
 
 def test_a_pdf_that_cannot_be_rendered_says_so_and_shows_the_text(tmp_path):
     kvqa_app = viewer_app()
     path = tmp_path / "two.pdf"
     path.write_bytes(pdf_of(["Apples grow in the orchard.", "The ferry leaves at nine."]))
-    session = kvqa_app.on_upload([as_upload(path)], None)[kvqa_app.state]
+    session = kvqa_app.reads.on_upload([as_upload(path)], None)[kvqa_app.page.state]
     session.ask("When does the ferry leave?").answer  # noqa: B018
-    kvqa_app.pdfs[session] = b"%PDF-1.4 damaged since"
-    panels = kvqa_app.panels(session)
-    assert panels[kvqa_app.evidence_page]["visible"] is False
-    assert "cannot be shown as an image" in panels[kvqa_app.evidence_text]
-    assert "ferry leaves at nine" in panels[kvqa_app.evidence_text]
+    kvqa_app.service.notes(session).pdf = b"%PDF-1.4 damaged since"
+    panels = kvqa_app.panels.show(session)
+    assert panels[kvqa_app.page.evidence_page]["visible"] is False
+    assert "cannot be shown as an image" in panels[kvqa_app.page.evidence_text]
+    assert "ferry leaves at nine" in panels[kvqa_app.page.evidence_text]
 
 
 def test_clicking_an_answer_shows_its_first_source():
     kvqa_app = viewer_app()
-    session, _ = kvqa_app.read(kvqa.document_from_text("Apples grow in the orchard.\n\nThe ferry leaves at nine."),
-                               None, None, lambda *a, **k: None)
+    document = kvqa.document_from_text("Apples grow in the orchard.\n\nThe ferry leaves at nine.")
+    session, _ = kvqa_app.service.read(document, None, None, lambda *a, **k: None)
     session.ask("When does the ferry leave?").answer  # noqa: B018
     session.ask("What grows in the orchard?").answer  # noqa: B018
 
     def click(index):
-        return kvqa_app.on_chat_select(session, "en", app_module.gr.SelectData(None, {"index": index, "value": ""}))
+        selected = app_module.gr.SelectData(None, {"index": index, "value": ""})
+        return kvqa_app.evidence.on_chat_select(session, "en", selected)
 
     first = click(1)  # the first answer (messages: question, answer, question, answer)
-    assert first[kvqa_app.evidence_pick]["value"] == "0:0" and "ferry leaves at nine" in first[kvqa_app.evidence_text]
-    assert click(2)[kvqa_app.evidence_pick]["value"] == "1:0"  # its question shows the same turn
-    assert click(9) == gr.skip() and kvqa_app.on_chat_select(None, "en", None) == gr.skip()
+    assert first[kvqa_app.page.evidence_pick]["value"] == "0:0"
+    assert "ferry leaves at nine" in first[kvqa_app.page.evidence_text]
+    assert click(2)[kvqa_app.page.evidence_pick]["value"] == "1:0"  # its question shows the same turn
+    assert click(9) == gr.skip() and kvqa_app.evidence.on_chat_select(None, "en", None) == gr.skip()

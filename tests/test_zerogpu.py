@@ -125,7 +125,7 @@ def test_measured_baseline_runs_on_the_gpu_with_the_sessions_model(default_lm, f
     monkeypatch.setattr(zerogpu, "load_model", lambda config: loaded.append(config.model) or real(config))
     session = zerogpu_session()
     session.load(kvqa.document_from_text(TEXT))
-    answer = session.ask("What is the secret word?", baseline=True).answer
+    answer = session.ask(kvqa.Ask("What is the secret word?", baseline=True)).answer
     assert session.turns[-1].baseline is not None and session.turns[-1].baseline.new_tokens == answer.timings.new_tokens
     assert [name for name, _ in fake_spaces["durations"]][-1] == "_answer_without_cache_on_gpu"
     assert set(loaded) == {CONFIG.model}

@@ -28,8 +28,8 @@ def unit_total(document: Document) -> int:
     return len(document.page_starts) if document.page_starts else len(document.text)
 
 
-def parse_range(text: str, document: Document) -> tuple[int, int]:
-    """'14-27', '14', '14-' (to the end) or '-27' -> (first, last) within the document, 1-based and inclusive;
+def parse_range(text: str, document: Document) -> Part:
+    """'14-27', '14', '14-' (to the end) or '-27' -> the Part first..last of the document, 1-based and inclusive;
     raises DocumentError with what to type when it is not a range of this document's pages or characters."""
     unit = unit_name(document)
     total = unit_total(document)
@@ -43,11 +43,11 @@ def parse_range(text: str, document: Document) -> tuple[int, int]:
     if not 1 <= first <= last <= total:
         raise DocumentError("part.out_of_range", name=document.name, total=total, unit=Message(f"unit.{unit}"),
                             text=text.strip())
-    return first, last
+    return part_of(document, first, last)
 
 
-def asked_range(document: Document, *, pages: str | None, chars: str | None) -> tuple[int, int] | None:
-    """`kvqa ask --pages 14-27` (a PDF) or `--chars 1-40000` (a text) as (first, last); None when neither is given."""
+def asked_range(document: Document, *, pages: str | None, chars: str | None) -> Part | None:
+    """`kvqa ask --pages 14-27` (a PDF) or `--chars 1-40000` (a text) as a Part; None when neither is given."""
     if pages and chars:
         raise DocumentError("cli.pages_and_chars")
     if pages and not document.page_starts:

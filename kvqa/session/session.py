@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget
 from kvqa.cache.shared import SharedCaches
-from kvqa.documents.parts import notice, select, unit_total
+from kvqa.documents.parts import notice, part_of, select, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
 from kvqa.errors import BusyError, QuestionError
@@ -25,8 +25,66 @@ from kvqa.memory import release_memory
 from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ask import Evidence, ask, ask_without_cache
-from kvqa.session.parts import FOREGROUND, YIELD_WAIT_S, LongDocument, prefill_parts
+from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed, routed_notice
 from kvqa.timing import Timings
+
+YIELD_WAIT_S = 60.0  # how long a question waits for a part being read ahead to give the model up (one chunk)
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One question as the page, the API and the CLI send it to a session: its text and how it is to be answered.
+    Session.ask takes it (or a bare question: Ask(question)); nothing about a question is set on the session."""
+
+    question: str
+    remember: bool = False  # read it after the conversation since new_conversation() (a follow-up)
+    ready_only: bool = False  # a long document: answer from the best part ready (in memory or the store) rather than
+    #                           wait while the part that matches it best is read
+    baseline: bool = False  # answer it again without the cache afterwards, to measure the speedup (Turn.baseline)
+    part: Part | None = None  # answer from this one of the session's parts instead of the one it is routed to
+    progress: Callable[[float], None] | None = None  # how far a read the question needs first is (a part, a rebuild)
+    on_rebuild: Callable[[PrefilledDocument], None] | None = None  # the evicted cache was read again first
+    on_part: Callable[[PrefilledDocument], None] | None = None  # another part was read (or restored) first
+
+
+class _Foreground:
+    """Loads and questions running in this process, in any session: reading ahead waits while any runs."""
+
+    def __init__(self):
+        self.count = 0
+        self.lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __enter__(self) -> None:
+        with self.lock:
+            self.count += 1
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.count -= 1
+
+
+FOREGROUND = _Foreground()
+
+
+class _GiveWay(Exception):
+    """A question, a new document or the session's end wants the model: the part being read ahead is dropped."""
+
+
+class _NoRoom(Exception):
+    """The memory budget has no room for a part read ahead without evicting another cache."""
+
+
+class _Reader:
+    """The memory budget's owner of a part being read ahead: it holds the cache only while reading it."""
+
+    def __init__(self, client: str | None):
+        self.client = client
+
+    def try_evict(self) -> bool:
+        return False
 
 
 @dataclass(frozen=True)
@@ -55,7 +113,7 @@ def fingerprint(engine: Engine, document: Document) -> str:
     return hashlib.sha256(f"{engine.info.model}\0{document.text}".encode()).hexdigest()
 
 
-class Session(LongDocument):
+class Session:
     """A user's document, its prefilled cache (which the budget may evict; it is then rebuilt) and turns."""
 
     def __init__(self, engine: Engine, budget: CacheBudget | None = None, *, client: str | None = None,
@@ -68,11 +126,7 @@ class Session(LongDocument):
         self.document: Document | None = None  # what is read: the source, or the part of it that fits (.part)
         self.notice: Message | None = None  # what was read when it is not all of the source (kvqa.documents.parts)
         self._also: Part | None = None  # another part matching the question being asked too, for its Turn
-        self.parts: list[tuple[int, int, int]] = []  # the source's parts (first, last, tokens), read one at a time
-        self.pinned = False  # the user chose the part: questions are not routed to another
-        self.ready_only = False  # a question goes to the best of the parts ready (in memory or the store) instead of
-        #                          waiting while the part that matches it best is read
-        self.part_reads: dict[tuple[int, int], Message] = {}  # each part read for this document: how, and what it took
+        self.parts = Parts()  # the source's parts, read one at a time (one when it fits the model)
         self._read: weakref.WeakSet[PrefilledDocument] = weakref.WeakSet()  # caches this session had, while alive
         self.prefilled: PrefilledDocument | None = None
         self.origin = "prefill"  # how this session got its cache: its PrefilledDocument's origin ("prefill",
@@ -80,7 +134,6 @@ class Session(LongDocument):
         self.ready_s = 0.0  # how long that took this session
         self.fingerprint: str | None = None
         self.turns: list[Turn] = []
-        self.remember = False  # follow-ups: each question reads the conversation since new_conversation()
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self.answering = False  # a question is being answered now (what Stop ends)
@@ -94,32 +147,31 @@ class Session(LongDocument):
     def busy(self) -> bool:
         return self._busy.locked()
 
-    def load(self, document: Document, *, part: tuple[int, int] | None = None,
+    def load(self, document: Document, *, part: Part | None = None,
              progress: Callable[[float], None] | None = None) -> bool:
-        """Prefill a new document (or its pages / characters part=(first, last)), replacing the old one and the chat;
-        False if it is what is loaded already. When it does not fit the model, the part that does is read and
-        self.notice says which."""
-        key = fingerprint(self.engine, document) + f"\0{part}"
+        """Prefill a new document (or the part of its pages / characters the user chose), replacing the old one and
+        the chat; False if it is what is loaded already. When it does not fit the model, the part that does is read
+        and self.notice says which."""
+        asked = (part.first, part.last) if part is not None else None
+        key = fingerprint(self.engine, document) + f"\0{asked}"
         if key == self.fingerprint and (self.prefilled is not None or self.recompute):
             return False
         with self._exclusive():
             if self.recompute:  # nothing is read now: each question reads the document (or its part) again
-                read = select(document, *part) if part else document
-                self.whole, self.document, self.fingerprint, self.pinned = document, read, key, part is not None
-                whole = (1, unit_total(document))
-                self.parts = [(*(part or whole), 0)]
-                self.notice = notice(read, document, asked=part)
+                read = select(document, *asked) if asked else document
+                self.whole, self.document, self.fingerprint = document, read, key
+                self.parts = Parts([(*(asked or (1, unit_total(document))), 0)], pinned=asked is not None)
+                self.notice = notice(read, document, asked=asked)
                 self.turns, self._conversation_start = [], 0
                 return True
-            first, last = part or (None, None)
+            first, last = asked or (None, None)
             prefilled, parts = prefill_parts(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
                                              document, first=first, last=last)
             self.whole, self.document, self.prefilled, self.fingerprint = document, prefilled.document, prefilled, key
-            self.parts, self.pinned = parts, part is not None
-            self.part_reads = {k: v for k, v in self.part_reads.items()
-                               if prefilled.document.part and k == (prefilled.document.part.first,
-                                                                    prefilled.document.part.last)}
-            self.notice = notice(prefilled.document, document, asked=part, parts=len(parts))
+            read = prefilled.document.part
+            kept = {k: v for k, v in self.parts.reads.items() if read and k == (read.first, read.last)}
+            self.parts = Parts(parts, pinned=asked is not None, reads=kept)
+            self.notice = notice(prefilled.document, document, asked=asked, parts=len(parts))
             self.turns, self._conversation_start = [], 0
         return True
 
@@ -132,38 +184,32 @@ class Session(LongDocument):
         return self.turns[self._conversation_start:]
 
     def history(self) -> list[tuple[str, str]]:
-        """The current conversation's (question, answer) turns, oldest first; empty unless remember is on."""
-        if not self.remember:
-            return []
+        """The current conversation's (question, answer) turns, oldest first, that a follow-up is read after."""
         return [(t.question, t.answer) for t in self.conversation() if not t.stopped]
 
-    def ask(self, question: str, *, baseline: bool = False, progress: Callable[[float], None] | None = None,
-            on_rebuild: Callable[[PrefilledDocument], None] | None = None,
-            on_part: Callable[[PrefilledDocument], None] | None = None, part: int | None = None) -> AnswerStream:
+    def ask(self, asked: Ask | str) -> AnswerStream:
         """Stream the answer from the document's cache and record the turn. If the cache was evicted it is rebuilt
-        first and on_rebuild(prefilled) is called. A document cut into parts answers from the part that matches the
-        question best (unless one is pinned): when that is not the part read, it is read first (or restored from the
-        store) and on_part(prefilled) is called. With baseline=True the question is answered again without the
-        cache afterwards, to measure the real speedup (Turn.baseline). part: answer from this part of a long
-        document (an index into self.parts; self.also_index names one that matched the last question too) instead of the
-        one routing picks, for this question only. Nothing runs until the stream is iterated; closing it early ends
-        the answer and frees the session at once."""
+        first (asked.on_rebuild). A document cut into parts answers from the part that matches the question best
+        (unless one is pinned, or asked.part names one): when that is not the part read, it is read first (or
+        restored from the store; asked.on_part). Nothing runs until the stream is iterated; closing it early ends the
+        answer and frees the session at once."""
+        asked = Ask(asked) if isinstance(asked, str) else asked
         if self.document is None:
             raise QuestionError("question.no_document")
-        return AnswerStream(self._ask(question, baseline=baseline, progress=progress, on_rebuild=on_rebuild,
-                                      on_part=on_part, part=part))
+        if asked.part is not None:
+            self.parts.asked(asked.part)  # refused now, before anything changes, when it is not one of the parts
+        return AnswerStream(self._ask(asked))
 
-    def _ask(self, question, *, baseline, progress, on_rebuild, on_part, part) -> Iterator[str | Answer]:
+    def _ask(self, asked: Ask) -> Iterator[str | Answer]:
         with self._exclusive():
             self._stop.clear()
             self.answering = True
             try:
-                evidence = Evidence.of(self.whole, question)  # the question scored once: its part, quote, sources
+                evidence = Evidence.of(self.whole, asked.question)  # scored once: its part, quote, sources
                 if self.recompute:
-                    result = yield from self._answer_again(question, evidence)
+                    result = yield from self._answer_again(asked.question, evidence)
                 else:
-                    result = yield from self._answer(question, evidence, baseline=baseline, progress=progress,
-                                                     on_rebuild=on_rebuild, on_part=on_part, part=part)
+                    result = yield from self._answer(asked, evidence)
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
@@ -178,21 +224,21 @@ class Session(LongDocument):
                                sources=result.sources, unsupported=result.unsupported, part=self.document.part))
         return result
 
-    def _answer(self, question: str, evidence: Evidence, *, baseline, progress, on_rebuild, on_part,
-                part) -> Generator[str, None, Answer]:
+    def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
         """Answer from the cache (rebuilt, or another part read, first when needed), record the turn; returns the
         Answer."""
+        question = asked.question
         evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
         if evicted:
             self.prefilled = None
-        switched = self._read_part_for(evidence, progress, part)
+        switched = self._read_part_for(evidence, asked)
         if self.prefilled is None:
-            self.prefilled = self._prefill(self.document, progress=progress)
-        if switched and on_part is not None:
-            on_part(self.prefilled)
-        elif evicted and on_rebuild is not None:
-            on_rebuild(self.prefilled)
-        history = self.history()
+            self.prefilled = self._prefill(self.document, progress=asked.progress)
+        if switched and asked.on_part is not None:
+            asked.on_part(self.prefilled)
+        elif evicted and asked.on_rebuild is not None:
+            asked.on_rebuild(self.prefilled)
+        history = self.history() if asked.remember else []
         keep = self.engine.remembered(self.prefilled, history, question) if history else 0
         history = history[len(history) - keep:]  # the latest turns that fit in the room kept for a question
         with self._turn(self.prefilled), ask(self.engine, self.prefilled, question, history=history,
@@ -200,7 +246,7 @@ class Session(LongDocument):
             yield from pieces  # closing this generator closes the answer: the cache rolls back now
             result = pieces.answer
         measured, same = None, None
-        if baseline and result.stop_reason != "stopped":
+        if asked.baseline and result.stop_reason != "stopped":
             recomputed = ask_without_cache(self.engine, self.document, question, history=history,
                                            evidence=evidence, prompt=self.prefilled.prompt).answer
             measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
@@ -209,6 +255,122 @@ class Session(LongDocument):
                                unsupported=result.unsupported, part=self.document.part,
                                also=self._also))
         return result
+
+    # ---- a long document's parts: the one a question goes to, and the others read ahead
+
+    @property
+    def part_index(self) -> int:
+        """Which of self.parts is read now (0 when the document is one part)."""
+        return self.parts.index_read(self.document)
+
+    def _read_part_for(self, evidence: Evidence, asked: Ask) -> bool:
+        """Route the question to the part of a long document that holds its best-matching passages (or to the part
+        asked for), reading that part now (or restoring it from the store) when it is not the one read; a pinned
+        part stays. True when another part was read."""
+        self._also = None
+        index = self.parts.asked(asked.part) if asked.part is not None else None
+        if len(self.parts) < 2 or (index is None and self.parts.pinned):
+            return False
+        current = self.part_index
+        ready = self._ready_parts() if asked.ready_only and index is None else set()
+        route = routed(evidence, self.parts, current=current, asked=index, ready=ready)
+        switched = route.target != current or self.prefilled is None
+        if switched:
+            first, last, _ = self.parts[route.target]
+            prefilled = prefill_part(lambda d: self._prefill(d, progress=asked.progress), self.engine.count_tokens,
+                                     self.whole, first=first, last=last)
+            self.document, self.prefilled = prefilled.document, prefilled
+        if route.also is not None:
+            self._also = part_of(self.whole, *self.parts[route.also][:2])
+        said = {"part": self.document.part.name, "name": self.whole.name, "index": route.target + 1,
+                "parts": len(self.parts)}
+        self.notice = routed_notice(route, asked=index is not None, switched=switched, said=said, also=self._also,
+                                    before=self.notice)
+        return route.target != current
+
+    @property
+    def also_index(self) -> int | None:
+        """The other part that matched the conversation's last question too (an index into self.parts; its
+        Turn.also), to ask it again there; None when there is none."""
+        turns = self.conversation()
+        also = turns[-1].also if turns else None
+        return self.parts.index_of(also.first, also.last) if also else None
+
+    def _ready_parts(self) -> set[int]:
+        """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
+        those read or restored here before, which its store holds."""
+        ready = {self.part_index} if self.prefilled is not None else set()
+        if self.engine.info.keeps_caches:
+            ready |= {i for i, (first, _, _) in enumerate(self.parts) if self.parts.has(first)}
+        return ready
+
+    @property
+    def can_read_ahead(self) -> bool:
+        """Whether read_ahead has anything to do: a document in parts, none pinned, an engine that keeps caches."""
+        return (self.whole is not None and len(self.parts) > 1 and not self.parts.pinned
+                and self.engine.info.keeps_caches)
+
+    def read_ahead(self, on_ready: Callable[[int, int], None] | None = None) -> int:
+        """Read the long document's parts that were not read yet, one at a time, so that a question routed to one
+        finds it ready: each goes into the engine's disk store (engine.info.keeps_caches; nothing is read ahead
+        without one) and leaves memory; a question routed to it restores it. Loads and questions come first, in
+        any session of the process: the part being read is dropped at its next chunk (never used half read) and
+        read again after them. Stops when the session closes or loads another document, or when the memory budget
+        has no room without evicting someone. on_ready(ready, parts) after each part. Returns the parts read."""
+        if not self.can_read_ahead:
+            return 0
+        source, parts = self.whole, self.parts
+        reader, read = _Reader(self.client), 0
+        for first, last, _ in parts:
+            while not parts.has(first):
+                if self.closed or self.whole is not source:
+                    return read
+                if self._wanted.is_set() or FOREGROUND or not self._busy.acquire(blocking=False):
+                    time.sleep(0.05)
+                    continue
+                self._read_ahead_running = True
+                try:
+                    if self.closed or self.whole is not source or self._wanted.is_set():
+                        continue
+                    if not self._read_ahead_one(source, first, last, reader):
+                        return read
+                    read += 1
+                except _GiveWay:
+                    continue
+                finally:
+                    self._read_ahead_running = False
+                    self._busy.release()
+            if on_ready is not None:
+                on_ready(parts.ready, len(parts))
+        return read
+
+    def _read_ahead_one(self, source: Document, first: int, last: int, reader: _Reader) -> bool:
+        """Read one part into the store (under _busy); False when the budget has no room for it now."""
+        def give_way(fraction: float) -> None:
+            if self._wanted.is_set() or FOREGROUND or self.closed:
+                raise _GiveWay
+
+        def admit(nbytes: int) -> None:
+            if self.budget.used_bytes + nbytes > self.budget.limit_bytes:
+                raise _NoRoom
+            self.budget.admit(nbytes, reader)
+
+        try:
+            prefilled = prefill_part(
+                lambda d: self.engine.prefill(d, progress=give_way, admit=admit if self.budget else None),
+                self.engine.count_tokens, source, first=first, last=last)
+        except _NoRoom:
+            return False
+        finally:
+            if self.budget is not None:
+                self.budget.cancel(reader)
+        part = prefilled.document.part
+        self.parts.reads[(part.first, part.last)] = Message("origin.ahead", seconds=prefilled.prefill_s)
+        del prefilled  # kept in the store, not in memory
+        release_memory()
+        return True
+
+    # ---- the session's life
 
     def stop(self) -> None:
         """Ask the running answer to end before its next token."""
@@ -250,7 +412,7 @@ class Session(LongDocument):
         self.ready_s = time.perf_counter() - started if shared else prefilled.prefill_s
         part = prefilled.document.part
         if part is not None:
-            self.part_reads[(part.first, part.last)] = cache_origin(self)
+            self.parts.reads[(part.first, part.last)] = cache_origin(self)
         return prefilled
 
     def _prefill_own(self, document, *, progress) -> PrefilledDocument:

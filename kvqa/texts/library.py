@@ -202,9 +202,6 @@ TEXTS: dict[str, tuple[str, str]] = {
         "The question with the conversation before it is {tokens:,} tokens; the limit is {limit:,}. Ask something "
         "shorter, or start a new conversation.",
         "问题连同之前的对话有 {tokens:,} 个 token，上限是 {limit:,}。请问得短一些，或开始新对话。"),
-    "question.no_such_part": (
-        "There is no part {part} to answer from: this document has {parts} parts. Ask the question again.",
-        "没有第 {part} 部分可供回答：本文档共 {parts} 部分。请重新提问。"),
     "question.no_document": (
         "No document is loaded yet: upload a file, paste text, or load the sample first.",
         "还没有加载文档：请先上传文件、粘贴文字或加载示例。"),

@@ -1,9 +1,11 @@
-"""The browser app's parts, by concern; app.py builds the page from them and wires its events.
+"""The browser app's parts, by concern; app.py lays out the Page (page.py), gives each handler object what it uses
+and wires its events. The app's sessions and their reads are kvqa.session.service's, with no component.
 
-reading.py (the app's sessions and their reads, no component), loading.py (documents from the page), asking.py
-(questions from the page), answers.py (an answer in the chat), latency.py (the latency panel), evidence.py (the sources
-on their page), status.py (the document's panel), api.py (the gradio_client API), export.py (the conversation as
-files). Every text is said in the language of the request (kvqa.messages); `warn` is how a page handler refuses.
+loading.py (documents from the page), asking.py (questions from the page), language.py (the page's texts and the
+language switch), panels.py (everything that shows a session), answers.py (an answer in the chat), latency.py (the
+latency panel), evidence.py (the sources on their page), status.py (the document's panel), tabs.py (each browser
+tab's work in flight), api.py (the gradio_client API), export.py (the conversation as files). Every text is said in
+the language of the request (kvqa.messages); `warn` is how a page handler refuses.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import re
 
 from kvqa.messages import render, say
 from kvqa.session.session import Session
+from kvqa.ui.tabs import Tab
 
 
 def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: str = "en") -> str:
@@ -82,3 +83,16 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
+
+def waiting_messages(tab: Tab | None, lang: str = "en", *, taken: bool = False) -> list[dict]:
+    """The questions waiting in the tab, each with why it waits: the read in flight (how far), or its turn; taken:
+    the one being answered first too (while it waits for the read)."""
+    if tab is None:
+        return []
+    read, messages = tab.read, []
+    for waiting in tab.queued(taken=taken):
+        note = (say("wait.read", lang, stage=read.stage or say("progress.reading", lang), percent=read.fraction * 100)
+                if read is not None else say("wait.read_asked", lang) if tab.expected else say("wait.turn", lang))
+        messages += [{"role": "user", "content": waiting.question},
+                     {"role": "assistant", "content": f"<sub>⏳ {note}</sub>"}]
+    return messages

@@ -6,18 +6,21 @@ from __future__ import annotations
 import gradio as gr
 
 from kvqa.documents.parts import parse_range, unit_name
-from kvqa.errors import KvqaError, QuestionError
+from kvqa.errors import KvqaError
 from kvqa.evidence.sources import source_dict
 from kvqa.export import session_dict
 from kvqa.messages import Message
-from kvqa.session.session import Session, cache_origin
+from kvqa.session.service import Service
+from kvqa.session.session import Ask, cache_origin
+from kvqa.ui.loading import owner
 
 
 class Api:
-    """Part of KvqaApp (a Reading): the API's endpoints and handlers; they share the page's state component."""
+    """The API's endpoints and handlers, given the service that reads and the page's state (each client's session),
+    built inside the page (hidden inputs and outputs, wired to the handlers below)."""
 
-    def build_api(self) -> None:
-        """The endpoints, inside the page being built: hidden inputs and outputs, wired to the handlers below."""
+    def __init__(self, service: Service, state: gr.State):
+        self.service, self.state = service, state
         with gr.Row(visible=False):
             file, text, part, question = gr.File(), gr.Textbox(), gr.Textbox(), gr.Textbox()
             remember, ask_part = gr.Checkbox(), gr.Textbox()
@@ -39,9 +42,9 @@ class Api:
         `part`: pages or characters to read, like "14-27"); returns the prefill figures and, when only part of it was
         read, which."""
         try:
-            document = self.document_from(file, text, progress=progress, owner=self.owner(request))
-            session, changed = self.read(document, session, request, progress,
-                                         part=parse_range(part, document) if part and part.strip() else None)
+            document, _ = self.service.document_from(file, text, progress=progress, owner=owner(request))
+            session, changed = self.service.read(document, session, request, progress,
+                                                 part=parse_range(part, document) if part and part.strip() else None)
         except KvqaError as e:
             raise gr.Error(str(e), print_exception=False) from None
         doc = session.prefilled
@@ -49,8 +52,7 @@ class Api:
                                   f"{doc.tokens} tokens, {doc.prefill_s:.3f} s, {doc.tokens_per_s:.0f} tokens/s, "
                                   f"cache {doc.cache_bytes} bytes; {cache_origin(session)}"
                                   + (f". {session.notice}" if session.notice else "")
-                                  + (f" Parts ({unit_name(session.whole)}): "
-                                     + ", ".join(f"{a}-{b}" for a, b, _ in session.parts) + "."
+                                  + (f" Parts ({unit_name(session.whole)}): {session.parts.listed()}."
                                      if len(session.parts) > 1 else "")),
                 self.state: session}
 
@@ -61,10 +63,9 @@ class Api:
         /prefill lists ("13-25"), to answer from it instead of the part the question matches best."""
         if session is None:
             raise gr.Error(Message("question.no_document_api"), print_exception=False)
-        session.remember = bool(remember)
         try:
-            index = self.part_index(session, part) if part and part.strip() else None
-            with session.ask(question, part=index) as pieces:
+            asked = parse_range(part, session.whole) if part and part.strip() else None
+            with session.ask(Ask(question, remember=bool(remember), part=asked)) as pieces:
                 text = ""
                 for piece in pieces:
                     text += piece
@@ -72,15 +73,6 @@ class Api:
                 yield {self.api_answer: pieces.answer.text, self.state: session}
         except KvqaError as e:
             raise gr.Error(str(e), print_exception=False) from None
-
-    @staticmethod
-    def part_index(session: Session, text: str) -> int:
-        """Which of the session's parts the range `text` ("13-25") is; QuestionError naming them when none."""
-        index = session.index_of(*parse_range(text, session.whole))
-        if index is None:
-            raise QuestionError("question.not_a_part", range=text.strip(),
-                                parts=", ".join(f"{a}-{b}" for a, b, _ in session.parts))
-        return index
 
     @staticmethod
     def api_export(session=None) -> dict:

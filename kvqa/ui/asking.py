@@ -9,33 +9,24 @@ import time
 
 import gradio as gr
 
+from kvqa.documents.reading import Part
 from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
-from kvqa.session.session import Session, cache_origin
+from kvqa.session.session import Ask, Session, cache_origin
 from kvqa.ui import unchanged, warn
-from kvqa.ui.answers import chat_messages
-from kvqa.ui.tabs import Tab, Waiting
+from kvqa.ui.page import Page
+from kvqa.ui.panels import Panels, also_button
+from kvqa.ui.tabs import Tab, Tabs, Waiting
 
 WAIT_TICK_S = 0.5  # how often a question waiting for a read shows how far the read is
 ANNOUNCE_S = 0.5  # how long a question with no document waits for a read asked for at the same moment
 
 
-def waiting_messages(tab: Tab | None, lang: str = "en", *, taken: bool = False) -> list[dict]:
-    """The questions waiting in the tab, each with why it waits: the read in flight (how far), or its turn; taken:
-    the one being answered first too (while it waits for the read)."""
-    if tab is None:
-        return []
-    read, messages = tab.read, []
-    for waiting in tab.queued(taken=taken):
-        note = (say("wait.read", lang, stage=read.stage or say("progress.reading", lang), percent=read.fraction * 100)
-                if read is not None else say("wait.read_asked", lang) if tab.expected else say("wait.turn", lang))
-        messages += [{"role": "user", "content": waiting.question},
-                     {"role": "assistant", "content": f"<sub>⏳ {note}</sub>"}]
-    return messages
+class Questions:
+    """The question handlers, given the page, its panels and the tabs (each tab's questions waiting)."""
 
-
-class Asking:
-    """Part of KvqaApp: the question handlers, for its components question, chat and also_btn (and its panels)."""
+    def __init__(self, page: Page, panels: Panels, tabs: Tabs):
+        self.page, self.panels, self.tabs = page, panels, tabs
 
     def on_question(self, question, session, lang="en", request: gr.Request = None) -> dict:
         """UI, at once when a question is asked: it joins the tab's waiting questions and shows in the chat; on_answer
@@ -50,10 +41,10 @@ class Asking:
             if not tab.coming:
                 return warn(QuestionError("question.no_document"), lang)
         tab.ask(question)
-        return {self.question: "", self.chat: chat_messages(session, lang) + waiting_messages(tab, lang)}
+        return {self.page.question: "", self.page.chat: self.panels.chat(session, lang, tab)}
 
-    def on_answer(self, session, baseline, remember=False, lang="en", ready_only=False, request: gr.Request = None,
-                  progress=gr.Progress()):
+    def on_answer(self, session, baseline=False, remember=False, lang="en", ready_only=False,
+                  request: gr.Request = None, progress=gr.Progress()):
         """UI, after on_question, one at a time: answer the tab's oldest waiting question, first waiting for the
         document (or the model) being read, its progress shown in the chat; nothing when Stop withdrew it."""
         tab = self.tabs.of(request)
@@ -64,10 +55,11 @@ class Asking:
         try:
             session = yield from self.wait_for_read(tab, waiting, session, lang)
             if waiting.withdrawn:
-                yield {self.chat: chat_messages(session, lang) + waiting_messages(tab, lang)}
+                yield {self.page.chat: self.panels.chat(session, lang, tab)}
                 return
-            yield from self.on_ask(waiting.question, session, baseline, remember, lang, ready_only, progress,
-                                   part=waiting.part, tab=tab)
+            asked = self.asking(waiting.question, session, lang, progress, baseline=baseline, remember=remember,
+                                ready_only=ready_only, part=waiting.part)
+            yield from self.on_ask(asked, session, lang, tab=tab)
         finally:
             tab.done(waiting)
 
@@ -80,7 +72,7 @@ class Asking:
             now = (read.stage, round(read.fraction, 2)) if read is not None else None
             if now != shown:
                 shown = now
-                yield {self.chat: chat_messages(session, lang) + waiting_messages(tab, lang, taken=True)}
+                yield {self.page.chat: self.panels.chat(session, lang, tab, taken=True)}
             if read is None:
                 time.sleep(WAIT_TICK_S / 5)  # asked for, not begun: another tab's read goes first
                 continue
@@ -89,46 +81,50 @@ class Asking:
                 session = read.session
         return session
 
-    def on_ask(self, question, session, baseline, remember=False, lang="en", ready_only=False, progress=gr.Progress(),
-               part=None, tab: Tab | None = None):
-        """Stream the answer into the chat, then its latency. ready_only: a long document's question is answered
-        from the best part ready rather than waiting for the part that matches it best to be read. part: from this
-        part instead (an index into session.parts). tab: the browser tab's questions still waiting, shown below."""
-        if session is not None:
-            session.remember, session.ready_only = bool(remember), bool(ready_only)
-        if session is None or session.document is None:
-            after = waiting_messages(tab, lang)
-            yield warn(QuestionError("question.no_document"), lang, put_back={self.question: question} | (
-                {self.chat: chat_messages(session, lang) + after} if tab is not None else {}))
-            return
-        chat_before = chat_messages(session, lang)
-        history = chat_before + [{"role": "user", "content": question}, {"role": "assistant", "content": ""}]
-
+    @staticmethod
+    def asking(question: str, session: Session | None, lang: str, progress=None, *, baseline=False, remember=False,
+               ready_only=False, part: Part | None = None) -> Ask:
+        """The question as the session takes it, from the page's boxes: its toasts when the cache is read again or
+        another part is read first, and that read's progress, all in `lang`."""
         def rebuilt(d):
             return gr.Info(say("toast.rebuilt", lang, origin=render(cache_origin(session), lang)))
 
         def part_read(d):
             return gr.Info(f"{render(session.notice, lang)} ({render(cache_origin(session), lang)})")
 
-        reading = say("progress.reading_part" if len(session.parts) > 1 else "progress.reading_again", lang)
+        parts = len(session.parts) if session is not None else 1
+        reading = say("progress.reading_part" if parts > 1 else "progress.reading_again", lang)
+        return Ask(question, remember=bool(remember), ready_only=bool(ready_only), baseline=bool(baseline), part=part,
+                   progress=(lambda f: progress(f, desc=reading)) if progress is not None else None,
+                   on_rebuild=rebuilt, on_part=part_read)
+
+    def on_ask(self, asked: Ask, session, lang="en", *, tab: Tab | None = None):
+        """Stream the answer to `asked` into the chat, then every panel. tab: the browser tab's questions still
+        waiting, shown below."""
+        page = self.page
+        if session is None or session.document is None:
+            yield warn(QuestionError("question.no_document"), lang, put_back={page.question: asked.question} | (
+                {page.chat: self.panels.chat(session, lang, tab)} if tab is not None else {}))
+            return
+        chat_before = self.panels.chat(session, lang, None)
+        history = chat_before + [{"role": "user", "content": asked.question}, {"role": "assistant", "content": ""}]
         if tab is not None:
             tab.answering = True
         try:
-            with session.ask(question, baseline=bool(baseline), on_rebuild=rebuilt, on_part=part_read, part=part,
-                             progress=lambda f: progress(f, desc=reading)) as pieces:
+            with session.ask(asked) as pieces:
                 text = ""
                 for piece in pieces:
                     text += piece
                     history[-1] = {"role": "assistant", "content": text}
-                    yield {self.question: "", self.chat: history + waiting_messages(tab, lang)}  # only the chat
+                    yield {page.question: "", page.chat: history + self.panels.chat(None, lang, tab)}  # and waiting
         except KvqaError as e:  # the chat goes back to what it was; the question goes back to its box
-            yield warn(e, lang, put_back={self.question: question,
-                                          self.chat: chat_before + waiting_messages(tab, lang)})
+            yield warn(e, lang, put_back={page.question: asked.question,
+                                          page.chat: chat_before + self.panels.chat(None, lang, tab)})
             return
         finally:
             if tab is not None:
                 tab.answering = False
-        yield self.panels(session, lang, tab=tab)
+        yield self.panels.show(session, lang, tab=tab)
 
     def on_ask_also(self, session, baseline, remember=False, lang="en", ready_only=False, request: gr.Request = None,
                     progress=gr.Progress()):
@@ -141,29 +137,16 @@ class Asking:
         if tab.queued():  # asked again only once the questions before it are answered
             yield warn(QuestionError("question.wait_first"), lang)
             return
-        yield from self.on_ask(session.conversation()[-1].question, session, baseline, remember, lang, ready_only,
-                               progress, part=session.also_index, tab=tab)
-
-    @staticmethod
-    def also_button(session: Session | None, lang: str = "en"):
-        """'Ask again from part 3 (pages 20-30)': shown when another part matched the last question too."""
-        also = session.also_index if session is not None else None
-        if also is None:
-            return gr.update(visible=False)
-        return gr.update(visible=True, value=say("answer.ask_again_from", lang, index=also + 1,
-                                                 part=session.conversation()[-1].also.name))
-
-    @staticmethod
-    def on_remember(remember, session) -> None:
-        """UI: follow-up questions on or off (off: every question is read after the document alone)."""
-        if session is not None:
-            session.remember = bool(remember)
+        last = session.conversation()[-1]
+        yield from self.on_ask(self.asking(last.question, session, lang, progress, baseline=baseline,
+                                           remember=remember, ready_only=ready_only, part=last.also), session, lang,
+                               tab=tab)
 
     def on_new_conversation(self, session, lang="en") -> dict:
         """UI: start a new conversation on the same document, without reading it again."""
         if session is not None:
             session.new_conversation()
-        return {self.chat: chat_messages(session, lang), self.also_btn: self.also_button(session, lang)}
+        return {self.page.chat: self.panels.chat(session, lang, None), self.page.also_btn: also_button(session, lang)}
 
     def on_stop(self, session, lang="en", request: gr.Request = None) -> None:
         """UI: end the answer being written (the cache is left as it was) and withdraw the questions still waiting;

@@ -10,8 +10,10 @@ import gradio as gr
 from kvqa.documents.pages import render_page, text_context
 from kvqa.documents.parts import select
 from kvqa.messages import say
+from kvqa.session.service import Service
 from kvqa.session.session import Session
 from kvqa.ui import unchanged
+from kvqa.ui.page import Page
 
 
 def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[str, str]]:
@@ -25,17 +27,20 @@ def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[st
     return choices
 
 
-class EvidenceViewer:
-    """Part of KvqaApp (a Reading, whose pdfs it shows): the viewer's handlers, for its components evidence_pick,
-    evidence_page and evidence_text."""
+class EvidenceView:
+    """The evidence viewer (page.evidence_pick, page.evidence_page, page.evidence_text) and its handlers; the PDF
+    pages it shows are the sessions' notes (Service.notes)."""
+
+    def __init__(self, service: Service, page: Page):
+        self.service, self.page = service, page
 
     def evidence(self, session: Session | None, pick: str | None, lang: str = "en") -> dict:
         """The evidence viewer: every source of the conversation's answers to choose from, and the chosen one (by
         default the latest answer's first) on its PDF page, highlighted, or in its surrounding text."""
         choices = evidence_choices(session, lang)
         if not choices:
-            return {self.evidence_pick: gr.update(choices=[], value=None), self.evidence_page: gr.update(
-                value=None, visible=False), self.evidence_text: say("evidence.none", lang)}
+            return {self.page.evidence_pick: gr.update(choices=[], value=None), self.page.evidence_page: gr.update(
+                value=None, visible=False), self.page.evidence_text: say("evidence.none", lang)}
         values = [v for _, v in choices]
         conversation = session.conversation()
         latest = f"{len(conversation) - 1}:0"  # the latest answer's first source, when it has one
@@ -44,7 +49,7 @@ class EvidenceViewer:
         turn = conversation[t]
         source = turn.sources[n]
         page, note = None, ""
-        pdf = self.pdfs.get(session)
+        pdf = self.service.notes(session).pdf
         if pdf is not None and source.page is not None:
             try:
                 shown = render_page(pdf, source.page, source.text, source.marked,
@@ -56,9 +61,9 @@ class EvidenceViewer:
                 note = say("evidence.no_render", lang, page=source.page, why=str(e))
         read = select(session.whole, turn.part.first, turn.part.last) if turn.part else session.whole
         context = text_context(read.text, source.start, source.end, source.mark)  # offsets into what was read
-        return {self.evidence_pick: gr.update(choices=choices, value=pick),
-                self.evidence_page: gr.update(value=page, visible=page is not None),
-                self.evidence_text: (f"<p class='kvqa-evidence-note'>{html.escape(note)}</p>" if note else "")
+        return {self.page.evidence_pick: gr.update(choices=choices, value=pick),
+                self.page.evidence_page: gr.update(value=page, visible=page is not None),
+                self.page.evidence_text: (f"<p class='kvqa-evidence-note'>{html.escape(note)}</p>" if note else "")
                 + context}
 
     def on_evidence(self, pick, session, lang="en") -> dict:

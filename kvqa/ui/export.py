@@ -7,9 +7,12 @@ import re
 import tempfile
 from pathlib import Path
 
+import gradio as gr
+
 from kvqa.errors import KvqaError
 from kvqa.export import session_dict, to_json, to_markdown
 from kvqa.session.session import Session
+from kvqa.ui import warn
 
 
 def conversation_files(session: Session | None) -> list[str]:
@@ -24,3 +27,12 @@ def conversation_files(session: Session | None) -> list[str]:
     md.write_text(to_markdown(conversation), encoding="utf-8")
     js.write_text(to_json(conversation), encoding="utf-8")
     return [str(md), str(js)]
+
+
+def on_export(session, lang="en"):
+    """UI: the conversation as a Markdown and a JSON file to download (the page's one exported box)."""
+    try:
+        files = conversation_files(session)
+    except KvqaError as e:
+        return warn(e, lang)
+    return gr.update(value=files, visible=True)

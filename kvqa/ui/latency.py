@@ -63,11 +63,11 @@ def latency_summary(session: Session | None, lang: str = "en", *, estimate: floa
 
 def parts_read(session: Session, lang: str = "en") -> str:
     """For a document cut into parts: each part read so far, once, with how it was had and what that took."""
-    if len(session.parts) < 2 or not session.part_reads:
+    if len(session.parts) < 2 or not session.parts.reads:
         return ""
     unit, total = unit_name(session.whole), unit_total(session.whole)
     reads = [f"{render(Message(f'part.{unit}', first=a, last=b, total=total), lang)} ({render(origin, lang)})"
-             for (a, b), origin in session.part_reads.items()]
+             for (a, b), origin in session.parts.reads.items()]
     return " " + say("latency.parts", lang, count=len(session.parts), reads="; ".join(reads))
 
 

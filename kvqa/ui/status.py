@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import gradio as gr
 
-from kvqa.messages import Message, render, say
+from kvqa.messages import render, say
 from kvqa.model.presets import language_note
+from kvqa.session.service import Service
 from kvqa.session.session import Session, cache_origin
+from kvqa.ui.page import Page
 
 AHEAD_TICK_S = 2.0  # how often the status refreshes while a long document's parts are read ahead
 
 
-class StatusPanel:
-    """Part of KvqaApp (a Reading): the status texts, and the timer's handler that refreshes them (its components
-    status and ahead_timer)."""
+class StatusView:
+    """The status texts of the app's sessions, and the timer's handler that refreshes them (page.status and
+    page.ahead_timer)."""
+
+    def __init__(self, service: Service, page: Page):
+        self.service, self.page = service, page
 
     def status_markdown(self, session: Session | None, lang: str = "en", *, reused: bool = False) -> str:
         """The document's panel in Markdown (reused: the document was already loaded and was not read again)."""
@@ -26,16 +31,17 @@ class StatusPanel:
         pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
-        language = language_note(info.model, session.document.text, cache_dir=self.config.cache_dir)
+        language = language_note(info.model, session.document.text, cache_dir=self.service.config.cache_dir)
         part += f"**{render(language, lang)}**\n\n" if language else ""
         rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
-        if session.origin == "prefill" and session in self.estimates:
-            rate += say("status.estimated", lang, seconds=self.estimates[session])
-        reason = self.model_reasons.get(session) or (
-            self.config.model_reason if session.engine is self.engine else Message("reason.app"))
-        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=self.config.reserve_tokens)
+        estimate = self.service.notes(session).estimate
+        if session.origin == "prefill" and estimate is not None:
+            rate += say("status.estimated", lang, seconds=estimate)
+        reason = self.service.reason(session)
+        config, budget = self.service.config, self.service.budget
+        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=config.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
-        memory = say("status.memory", lang, used=self.budget.used_bytes / 2**20, limit=self.budget.limit_bytes / 2**20)
+        memory = say("status.memory", lang, used=budget.used_bytes / 2**20, limit=budget.limit_bytes / 2**20)
         parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
         model = say("status.model", lang, model=info.model, device=info.device, dtype=info.precision, reason=reason)
         details = (f"- {model}\n"
@@ -46,23 +52,23 @@ class StatusPanel:
                    f"- {memory}")
         # at a glance: the document, that it is ready (or which parts are still read) and what to do next; the
         # figures one click away
-        ready = say("status.ready_parts" if session in self.read_ahead_running else "status.ready", lang)
+        ready = say("status.ready_parts" if self.service.reading_ahead(session) else "status.ready", lang)
         return (f"**{session.document.name}**{pages}{note}: {ready}\n\n{part}"
                 f"<details class='kvqa-details'><summary>{say('status.details', lang)}</summary>\n\n"
                 f"{details}\n\n</details>")
 
     def parts_line(self, session: Session, lang: str = "en") -> str:
         """For a document cut into parts: how many are ready, and whether the others are being read."""
-        ready, parts = session.parts_ready, len(session.parts)
-        if session in self.read_ahead_running:
+        ready, parts = session.parts.ready, len(session.parts)
+        if self.service.reading_ahead(session):
             return say("status.ahead", lang, ready=ready, parts=parts)
         return say("status.ahead_done" if ready == parts else "status.ahead_later", lang, ready=ready, parts=parts)
 
     def promise(self, session: Session | None = None, lang: str = "en") -> str:
         """What the answers are promised to be, for this engine's precision."""
-        engine = session.engine if session is not None else self.engine
+        engine = session.engine if session is not None else self.service.engine
         if not engine.loaded:  # said without loading the model: it loads with the first document
-            return f"<sub>{say('promise.not_loaded', lang, model=self.config.model)}</sub>"
+            return f"<sub>{say('promise.not_loaded', lang, model=self.service.config.model)}</sub>"
         info = engine.info
         line = say("promise.line", lang, model=info.model, device=info.device, dtype=info.precision,
                    guarantee=info.guarantee)
@@ -70,5 +76,5 @@ class StatusPanel:
 
     def on_tick(self, session, lang="en") -> dict:
         """UI, every few seconds while parts are read ahead: the status, and the timer stops when they are."""
-        return {self.status: self.status_markdown(session, lang),
-                self.ahead_timer: gr.Timer(active=session is not None and session in self.read_ahead_running)}
+        return {self.page.status: self.status_markdown(session, lang),
+                self.page.ahead_timer: gr.Timer(active=self.service.reading_ahead(session))}

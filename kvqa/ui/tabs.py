@@ -11,6 +11,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import gradio as gr
+
+from kvqa.documents.reading import Part
+
 
 @dataclass
 class Read:
@@ -34,7 +38,7 @@ class Waiting:
     """A question asked and not yet answered; `withdrawn` once Stop was pressed before its answer began."""
 
     question: str
-    part: int | None = None  # from this part of a long document (an index into Session.parts), else routed
+    part: Part | None = None  # from this part of a long document (one of Session.parts), else routed
     withdrawn: bool = False
 
 
@@ -81,7 +85,7 @@ class Tab:
                     self.read = None
             read.done.set()
 
-    def ask(self, question: str, *, part: int | None = None) -> Waiting:
+    def ask(self, question: str, *, part: Part | None = None) -> Waiting:
         """Queue a question behind the ones already waiting."""
         waiting = Waiting(question, part)
         with self._lock:
@@ -133,7 +137,7 @@ class Tabs:
         with self._lock:
             return self._tabs.setdefault(key, Tab())
 
-    def forget(self, request) -> None:
-        """The tab closed (Blocks.unload)."""
+    def forget(self, request: gr.Request = None) -> None:
+        """The tab closed (Blocks.unload): forget what it had in flight (its session expires with its state)."""
         with self._lock:
             self._tabs.pop(getattr(request, "session_hash", None), None)
