@@ -119,7 +119,7 @@ class KvqaApp:
         self.tabs = Tabs()  # each browser tab's read in flight and questions waiting
         self.texts = PageTexts(config)
         with gr.Blocks(title=self.texts.i18n("ui.title")) as self.demo:
-            self.page = page = layout(self.texts, self.service.models, ttl_s=config.session_ttl_s)
+            self.page = page = layout(self.texts, self.service.models, ttl_s=config.serving.session_ttl_s)
             self.status = StatusView(self.service, page)
             self.evidence = EvidenceView(self.service, page)
             self.panels = Panels(self.service, page, self.status, self.evidence)
@@ -245,7 +245,8 @@ def serve(page: gr.Blocks, served: KvqaApp, *, concurrency: int, queue_size: int
     turned away), uploads up to the configured size, and an unexpected error's text never sent to the browser."""
     page.queue(default_concurrency_limit=concurrency, max_size=queue_size)
     page.launch(server_name=host, server_port=port, share=share, auth=auth, show_error=False,
-                max_file_size=served.config.max_file_bytes, theme=gr.themes.Soft(), i18n=served.texts.i18n, **launch)
+                max_file_size=served.config.limits.max_file_bytes, theme=gr.themes.Soft(), i18n=served.texts.i18n,
+                **launch)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import replace
 
 from kvqa.config import Config, config_from_env
 from kvqa.errors import KvqaError
@@ -66,7 +65,7 @@ def _ask(args: argparse.Namespace) -> int:
     part = asked_range(document, pages=args.pages, chars=args.chars)
     reader = reading_model(config, document.text)
     if reader:  # the model that reads the document's language (--model still chooses)
-        config = replace(config, model=reader[0], model_reason=reader[1])
+        config = config.replaced(model=reader[0], model_reason=reader[1])
         print(f"kvqa: reading with {reader[0]}: {reader[1]} (--model chooses another)", file=sys.stderr)
     say(f"loading {config.model} ...")
     store = None if args.no_store or args.no_cache else store_for(config)

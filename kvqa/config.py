@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from .messages import Message
@@ -31,8 +31,8 @@ def _setting(default, *, least: float | None = None, above: float | None = None)
 @dataclass(frozen=True)
 class Decoding:
     """How an answer is decoded and what its turn quotes: Config's first fields, taken whole by the engines and
-    kvqa.generation.generate (Config.decoding, built once per engine). A new setting is a field here (its variable is
-    KVQA_<NAME>) and a line in docs/deploy.md's table."""
+    kvqa.generation.generate (Config.decoding). A new setting is a field here (its variable is KVQA_<NAME>) and a line
+    in docs/deploy.md's table."""
 
     temperature: float = _setting(0.0)  # 0 is greedy: exact and repeatable
     seed: int | None = _setting(None)  # for sampling (temperature > 0): the same seed gives the same answer
@@ -62,41 +62,16 @@ PLAIN = Decoding(repeat_stop=0, draft_tokens=0, quote_passages=0)  # greedy, one
 
 
 @dataclass(frozen=True)
-class Config(Decoding):
-    model: str = DEFAULT_MODEL  # the default, a Hugging Face model id, or a local folder
-    device: str = "auto"  # auto: cuda, then mps, then cpu
-    dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
-    attn_implementation: str = "auto"  # auto: flash_attention_2 on cuda when installed, else sdpa
-    weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the default model on a CPU in float32
-                           # (the
-    #                        models int8 was measured not to cost answers: kvqa.model.weights.INT8_KEEPS_ANSWERS), else
-    # fp32
-    chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
+class Limits:
+    """How much one question, one answer and one document may be."""
+
     max_question_tokens: int = 512  # part of the reserve kept after the document in the cache
     max_new_tokens: int = 256  # default answer length, and the rest of that reserve
-    compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
     max_file_mb: float = 50.0  # largest upload or file read
     max_pdf_pages: int = 2000
     max_pdf_seconds: float = 120.0  # give up extracting a PDF's text after this long
     max_ocr_pages: int = 100  # scanned pages read by OCR in one document (about 4 s a page on 2 CPU cores)
     max_image_megapixels: float = 40.0  # largest image (or scanned page) OCR reads
-    cache_budget_mb: float | None = None  # all sessions' caches together; None: half the free RAM / GPU memory
-    caches_per_client: int = 3  # caches one client address holds at once; its own oldest is evicted first
-    sessions_per_client: int = 16  # sessions with a document one client address may have open
-    session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    model_reason: str = Message("reason.default")  # why this model (a Message): named, or chosen for the machine
-    store_mb: float = 2048.0  # the disk tier of prefilled caches, least recently used out past this; 0: off
-    store_dir: Path | None = None  # where it lives; None: cache_dir / "store"
-    engine_url: str = ""  # an OpenAI-compatible server (".../v1") answers instead of this process; "": local
-    engine_model: str = ""  # the server's model name; "": the first one it lists
-    engine_api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
-    engine_timeout_s: float = 300.0  # give up when the server sends nothing for this long
-
-    @property
-    def decoding(self) -> Decoding:
-        """The decoding settings alone, as engines take them."""
-        return Decoding(**{f.name: getattr(self, f.name) for f in fields(Decoding)})
 
     @property
     def reserve_tokens(self) -> int:
@@ -104,12 +79,95 @@ class Config(Decoding):
         return self.max_question_tokens + self.max_new_tokens
 
     @property
-    def store_folder(self) -> Path:
-        return self.store_dir if self.store_dir is not None else self.cache_dir / "store"
-
-    @property
     def max_file_bytes(self) -> int:
         return int(self.max_file_mb * 2**20)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How the app shares one machine's memory among its users and their sessions."""
+
+    cache_budget_mb: float | None = None  # all sessions' caches together; None: half the free RAM / GPU memory
+    caches_per_client: int = 3  # caches one client address holds at once; its own oldest is evicted first
+    sessions_per_client: int = 16  # sessions with a document one client address may have open
+    session_ttl_s: float = 3600.0  # a session's cache is freed this long after its last action
+
+
+@dataclass(frozen=True)
+class Store:
+    """The disk tier of prefilled caches."""
+
+    store_mb: float = 2048.0  # least recently used out past this; 0: off
+    store_dir: Path | None = None  # where it lives; None: the cache folder's "store"
+
+
+@dataclass(frozen=True)
+class Remote:
+    """An OpenAI-compatible server that answers instead of this process."""
+
+    engine_url: str = ""  # ".../v1"; "": the local engine
+    engine_model: str = ""  # the server's model name; "": the first one it lists
+    engine_api_key: str = field(default="", repr=False)  # sent as a bearer token; never printed
+    engine_timeout_s: float = 300.0  # give up when the server sends nothing for this long
+
+
+GROUPS = {"decoding": Decoding, "limits": Limits, "serving": Serving, "store": Store, "remote": Remote}
+
+
+@dataclass(frozen=True)
+class Config:
+    """kvqa's settings: what the model needs at the top (nanoGPT's way), the other concerns in small frozen settings
+    of their own. Config.of(**settings) and config.replaced(**settings) take any setting by its own name."""
+
+    model: str = DEFAULT_MODEL  # the default, a Hugging Face model id, or a local folder
+    model_reason: str = Message("reason.default")  # why this model (a Message): named, or chosen for the machine
+    device: str = "auto"  # auto: cuda, then mps, then cpu
+    dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
+    attn_implementation: str = "auto"  # auto: flash_attention_2 on cuda when installed, else sdpa
+    weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the default model on a CPU in float32
+    #                        (the models int8 was measured not to cost answers: kvqa.model.weights.INT8_KEEPS_ANSWERS),
+    #                        else fp32
+    chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
+    compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
+    cache_dir: Path = field(default_factory=default_cache_dir)  # converted model copies
+    decoding: Decoding = Decoding()  # how an answer is decoded, taken whole by the engines
+    limits: Limits = Limits()
+    serving: Serving = Serving()
+    store: Store = Store()
+    remote: Remote = Remote()
+
+    @classmethod
+    def of(cls, **settings) -> Config:
+        """The defaults with these settings, each by its own name (max_new_tokens=64, store_mb=0, model=...)."""
+        return cls().replaced(**settings)
+
+    def replaced(self, **settings) -> Config:
+        """This config with these settings changed, each by its own name; TypeError naming one that is none."""
+        groups = {name: {} for name in GROUPS}
+        top = {}
+        for name, value in settings.items():
+            group = _GROUP_OF.get(name)
+            if group is None:
+                if name not in _TOP:
+                    raise TypeError(f"Config has no setting {name!r}")
+                top[name] = value
+            else:
+                groups[group][name] = value
+        changed = {g: replace(getattr(self, g), **values) for g, values in groups.items() if values}
+        return replace(self, **top, **changed)
+
+    def setting(self, name: str):
+        """One setting by its own name, wherever it lives."""
+        group = _GROUP_OF.get(name)
+        return getattr(getattr(self, group) if group else self, name)
+
+    @property
+    def store_folder(self) -> Path:
+        return self.store.store_dir if self.store.store_dir is not None else self.cache_dir / "store"
+
+
+_GROUP_OF = {f.name: group for group, kind in GROUPS.items() for f in fields(kind)}
+_TOP = {f.name for f in fields(Config)} - set(GROUPS)
 
 
 ENVIRONMENT = {
@@ -166,8 +224,6 @@ def _hub_access(repo: str, token: str) -> tuple[bool, str]:
 
 def config_from_env(environ, **overrides) -> Config:
     """Config from defaults, then the KVQA_* variables in `environ`, then the overrides that are not None."""
-    from dataclasses import replace
-
     from .errors import KvqaError
 
     defaults = Config()
@@ -176,7 +232,7 @@ def config_from_env(environ, **overrides) -> Config:
         raw = environ.get(var, "").strip()
         if not raw:
             continue
-        kind = _KINDS.get(name) or type(getattr(defaults, name))
+        kind = _KINDS.get(name) or type(defaults.setting(name))
         kind = float if kind is type(None) else kind
         try:
             settings[name] = kind(raw) if kind in (int, float) else raw
@@ -190,18 +246,19 @@ def config_from_env(environ, **overrides) -> Config:
         settings["model_reason"] = Message("reason.command_line")
     if "model" not in settings:
         settings["model"], settings["model_reason"] = choose_model(environ)
-    config = replace(defaults, **settings)
+    config = defaults.replaced(**settings)
     numbers = ("chunk_size", "max_new_tokens", "max_question_tokens", "max_file_mb", "max_pdf_pages", "max_pdf_seconds",
                "max_ocr_pages", "max_image_megapixels",
                "caches_per_client", "sessions_per_client", "session_ttl_s", "engine_timeout_s")
     if config.compile not in ("off", "on"):
         raise KvqaError("config.compile", value=config.compile)
-    low = [ENVIRONMENT[n] for n in numbers if getattr(config, n) <= 0]
-    low += [ENVIRONMENT[n] for n in ("store_mb",) if getattr(config, n) < 0]
+    low = [ENVIRONMENT[n] for n in numbers if config.setting(n) <= 0]
+    low += [ENVIRONMENT[n] for n in ("store_mb",) if config.store.store_mb < 0]
     for f in fields(Decoding):
-        value, least, above = getattr(config, f.name), f.metadata["least"], f.metadata["above"]
+        value, least, above = getattr(config.decoding, f.name), f.metadata["least"], f.metadata["above"]
         if (least is not None and value < least) or (above is not None and value <= above):
             low.append(ENVIRONMENT[f.name])
-    if low or (config.cache_budget_mb is not None and config.cache_budget_mb <= 0):
+    budget = config.serving.cache_budget_mb
+    if low or (budget is not None and budget <= 0):
         raise KvqaError("config.not_positive", names=", ".join(low) or "KVQA_CACHE_BUDGET_MB")
     return config

@@ -33,7 +33,7 @@ class Check:
 
 def diagnose(config: Config, environ) -> list[Check]:
     """Every setting kvqa would use, each with a problem and its fix where there is one."""
-    if config.engine_url:  # a serving engine computes: nothing of this machine's model, device or memory matters
+    if config.remote.engine_url:  # a serving engine computes: nothing of this machine's model, device or memory matters
         from .engines import remote_status
 
         return [Check(*line) for line in remote_status(config)]
@@ -104,16 +104,18 @@ def diagnose(config: Config, environ) -> list[Check]:
                             f"({str(kv_dtype).removeprefix('torch.')})",
                             f"not supported: {reason}; choose a model with full attention in every layer"
                             if reason else None))
-        checks.append(Check("context", f"{context:,} tokens: documents up to {context - config.reserve_tokens:,} "
-                            f"tokens at once ({config.reserve_tokens} kept for question and answer; longer ones "
+        room = context - config.limits.reserve_tokens
+        checks.append(Check("context", f"{context:,} tokens: documents up to {room:,} "
+                            f"tokens at once ({config.limits.reserve_tokens} kept for question and answer; longer ones "
                             "are read in parts)"))
     from .memory import default_budget_bytes
 
-    budget = (int(config.cache_budget_mb * 2**20) if config.cache_budget_mb else default_budget_bytes(device))
+    limit_mb = config.serving.cache_budget_mb
+    budget = int(limit_mb * 2**20) if limit_mb else default_budget_bytes(device)
     line = f"{budget / 2**20:,.0f} MiB for all sessions' caches"
     if model_config is not None:
         line += f" (~{budget // bytes_per_token(model_config, kv_dtype):,} tokens)"
-    checks.append(Check("memory budget", line + ("" if config.cache_budget_mb else
+    checks.append(Check("memory budget", line + ("" if config.serving.cache_budget_mb else
                                                  " (half the free memory; set KVQA_CACHE_BUDGET_MB to change)")))
     checks.append(_store_check(config))
     from .engines import zerogpu_status

@@ -29,7 +29,7 @@ import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -360,14 +360,14 @@ def summary_lines(result: dict[str, Any], *, per_document: bool = True) -> list[
 def vary(value: str | None, config, parser) -> tuple[str, list]:
     """--vary NAME=V1,V2 -> (NAME, [V1, V2]) typed as the Config field; without it, quote_passages' own value."""
     if value is None:
-        return "quote_passages", [config.quote_passages]
+        return "quote_passages", [config.decoding.quote_passages]
     name, _, values = value.partition("=")
     from kvqa.config import Decoding
 
     settings = [f.name for f in fields(Decoding)]
     if name not in settings or not values:
         parser.error(f"--vary takes NAME=V1,V2 with NAME one of {', '.join(settings)}")
-    kind = type(getattr(config, name)) if getattr(config, name) is not None else int
+    kind = type(config.setting(name)) if config.setting(name) is not None else int
     try:
         return name, [kind(v) for v in values.split(",")]
     except ValueError:
@@ -437,9 +437,9 @@ def main(argv: list[str] | None = None) -> int:
                                          dtype=args.dtype, draft_tokens=args.draft_tokens)
     engine = kvqa.make_engine(config)
     info = engine.load()
-    plain = kvqa.LocalEngine(replace(config, draft_tokens=0), lm=engine.lm) if args.draft_compare else None
+    plain = kvqa.LocalEngine(config.replaced(draft_tokens=0), lm=engine.lm) if args.draft_compare else None
     varied, variants = vary(args.vary, config, parser)
-    engines = {v: kvqa.LocalEngine(replace(config, **{varied: v}), lm=engine.lm) for v in variants}
+    engines = {v: kvqa.LocalEngine(config.replaced(**{varied: v}), lm=engine.lm) for v in variants}
     log = sys.stderr if args.json else sys.stdout
     if not args.json:
         print(HEADER)
@@ -477,13 +477,15 @@ def main(argv: list[str] | None = None) -> int:
     if plain is not None:
         speedups = [r["draft_speedup"] for r in rows if r["draft_speedup"]]
         result["drafting"] = {
-            "draft_tokens": config.draft_tokens, "answers_identical": sum(r["same_as_undrafted"] for r in rows),
+            "draft_tokens": config.decoding.draft_tokens,
+            "answers_identical": sum(r["same_as_undrafted"] for r in rows),
             "questions": len(rows), "mean_speedup": statistics.fmean(speedups) if speedups else None,
             "median_speedup": statistics.median(speedups) if speedups else None,
             "mean_drafted_per_step": statistics.fmean(r["drafted_per_step"] for r in rows)}
     if args.json:
         settings = {"sets": [str(p) for p in args.squad], "overrides": overrides, "model": info.model,
-                    "dtype": info.dtype, "repeat_stop": config.repeat_stop, "max_new_tokens": args.max_new_tokens,
+                    "dtype": info.dtype, "repeat_stop": config.decoding.repeat_stop,
+                    "max_new_tokens": args.max_new_tokens,
                     "varied": {varied: variants},
                     "threads": torch.get_num_threads(),
                     "loop_definition": f"a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row"}
@@ -492,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print()
         print(f"model {info.model} ({info.dtype}), max new tokens {args.max_new_tokens}, repeat stop "
-              f"{config.repeat_stop}, torch threads {torch.get_num_threads()}; "
+              f"{config.decoding.repeat_stop}, torch threads {torch.get_num_threads()}; "
               f"looping: a span of >= {LOOP_MIN_SPAN} tokens repeated {LOOP_COPIES} times in a row")
         for v, part in result.get("by_variant", {variants[-1]: result}).items():
             print(f"\n{varied} = {v}:")

@@ -68,7 +68,7 @@ def exactness(lm: kvqa.LoadedModel, text: str, contexts: list[int], questions: l
 def rerank_cost(lm: kvqa.LoadedModel, text: str, question: str, *, passages: int = 5) -> float:
     """Median seconds of kvqa.generation.rerank's scoring of `passages` of the document's passages (about 320
     characters each)
-    for a question: the price per question of Config.rerank_passages on this machine."""
+    for a question: the price per question of Config.decoding.rerank_passages on this machine."""
     from kvqa.evidence.sources import passages as cut
     from kvqa.generation.rerank import question_likelihood
 
@@ -101,7 +101,7 @@ def summary_lines(result: dict) -> list[str]:
                 f"decode {r['decode_tokens_per_s']:,.1f} tok/s, step {1000 / r['decode_tokens_per_s']:,.2f} ms vs "
                 f"floor {floor * 1000:,.2f} ms ({100 * floor * r['decode_tokens_per_s']:.0f}% of the bandwidth bound)")
     if result.get("rerank_s") is not None:
-        out.append(f"reranking 5 passages by question likelihood (Config.rerank_passages): "
+        out.append(f"reranking 5 passages by question likelihood (Config.decoding.rerank_passages): "
                    f"{result['rerank_s'] * 1000:,.1f} ms per question (median of 5)")
     for r in result["exactness"]:
         out.append(f"exactness at {r['context_tokens']:,} tokens (compiled step, same chunks): answers "
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(config_path).write_text(json.dumps(TINY))
         args.contexts, args.dtype, args.device, args.max_new_tokens = "200,400", "float32", "cpu", 6
     contexts = [int(c) for c in args.contexts.split(",")]
-    config = kvqa.Config(model=args.tokenizer or kvqa.Config().model, device=args.device, dtype=args.dtype,
+    config = kvqa.Config.of(model=args.tokenizer or kvqa.Config().model, device=args.device, dtype=args.dtype,
                          max_new_tokens=args.max_new_tokens, repeat_stop=0)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     started = time.perf_counter()

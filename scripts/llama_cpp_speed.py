@@ -22,7 +22,6 @@ import sys
 import tarfile
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -129,13 +128,13 @@ def main() -> int:
     contexts = [int(c) for c in args.contexts.split(",")]
     questions = bench.QUESTIONS[: args.questions]
     text = bench.SAMPLE_DOCUMENT.read_text(encoding="utf-8")
-    config = Config(max_new_tokens=args.max_new_tokens)
+    config = Config.of(max_new_tokens=args.max_new_tokens)
     say = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
     rows, turns, cuts = [], {}, {}
     for form in args.weights.split(","):
         say(f"kvqa, {form} weights ...")
-        lm = load_model(replace(config, weights=form))
-        run = bench.run_bench(lm, text, contexts=contexts, questions=questions, config=replace(config, weights=form),
+        lm = load_model(config.replaced(weights=form))
+        run = bench.run_bench(lm, text, contexts=contexts, questions=questions, config=config.replaced(weights=form),
                               methods=("kvqa",), document_name=bench.SAMPLE_DOCUMENT.name, say=say)
         for row in run["results"]:
             rows.append({"engine": "kvqa", "weights": form, "context_tokens": row["context_tokens"],
@@ -148,7 +147,7 @@ def main() -> int:
             long = bench.long_text(text, lm.tokenizer, max(contexts) + 64)
             ids = lm.tokenizer(long, add_special_tokens=False)["input_ids"]
             cuts = {n: bench.cut_document(prompt, ids, n, name=bench.SAMPLE_DOCUMENT.name) for n in contexts}
-            turns = {n: [prompt.question_ids(q, limit=config.max_question_tokens,
+            turns = {n: [prompt.question_ids(q, limit=config.limits.max_question_tokens,
                                              quotes=_quotes(lm, document, q, config)) for q in questions]
                      for n, (document, _) in cuts.items()}
         del lm

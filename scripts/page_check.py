@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "set.pdf"
         path.write_bytes(raw)
-        document = kvqa.load_document(path, config=kvqa.Config(max_pdf_pages=10_000))
+        document = kvqa.load_document(path, config=kvqa.Config.of(max_pdf_pages=10_000))
     shown = found = 0
     for question in questions:
         sources = find_sources(document.text, "", question, pages=True)

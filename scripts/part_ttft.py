@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=16)
     args = parser.parse_args(argv)
 
-    config = Config(max_new_tokens=args.max_new_tokens)
+    config = Config.of(max_new_tokens=args.max_new_tokens)
     with tempfile.TemporaryDirectory() as folder:
         engine = StoredLocalEngine(config, store=KVStore(folder, 8 * 2**30))
         info = engine.load()

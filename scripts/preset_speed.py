@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     import kvqa
     from kvqa.bench.models import random_init_model
 
-    config = kvqa.Config(dtype=args.dtype, max_new_tokens=32, repeat_stop=0, draft_tokens=0, quote_passages=0)
+    config = kvqa.Config.of(dtype=args.dtype, max_new_tokens=32, repeat_stop=0, draft_tokens=0, quote_passages=0)
     for name in args.configs:
         lm = random_init_model(name, config)
         lm = replace(lm, eos_ids=frozenset())

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     prompt = count(system_text(""))  # what every read adds around its text: instructions, template
-    room = args.context - config.reserve_tokens - prompt - 32
+    room = args.context - config.limits.reserve_tokens - prompt - 32
     rows = []
     for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs,
                                                                  single=args.single), start=1):

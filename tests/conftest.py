@@ -85,7 +85,7 @@ def in_file_order(items) -> None:
 
 @pytest.fixture(scope="session")
 def default_lm() -> kvqa.LoadedModel:
-    return kvqa.load_model(kvqa.Config(weights="fp32"))
+    return kvqa.load_model(kvqa.Config.of(weights="fp32"))
 
 
 @pytest.fixture(scope="session")
@@ -99,7 +99,7 @@ def default_tokenizer():
 @pytest.fixture(scope="session")
 def gemma_lm() -> kvqa.LoadedModel:
     """The second offline model, Gemma 3 270M (pretrained; sliding-window layers; no chat template)."""
-    return kvqa.load_model(kvqa.Config(model="gemma-3-270m", weights="fp32"))
+    return kvqa.load_model(kvqa.Config.of(model="gemma-3-270m", weights="fp32"))
 
 
 HERE = torch.backends.cpu.get_cpu_capability()  # the vector units PyTorch found: kvqa's C kernels need AVX2
@@ -145,7 +145,7 @@ def half_lms(default_lm) -> dict[str, kvqa.LoadedModel]:
     """The tiny Llama in bfloat16 and float16, and the default model in bfloat16 (what a GPU runs by default)."""
     return {"tiny-bfloat16": tiny_llama(default_lm.tokenizer, dtype=torch.bfloat16),
             "tiny-float16": tiny_llama(default_lm.tokenizer, dtype=torch.float16),
-            "smollm2-bfloat16": kvqa.load_model(kvqa.Config(dtype="bfloat16"))}
+            "smollm2-bfloat16": kvqa.load_model(kvqa.Config.of(dtype="bfloat16"))}
 
 
 @pytest.fixture(scope="session")

@@ -207,9 +207,10 @@ def test_the_app_is_built_from_one_composition_root(default_lm):
     """Another model or setting means another KvqaApp, not a rebound global."""
     import kvqa
 
-    other = app.KvqaApp(kvqa.Config(max_new_tokens=7), kvqa.make_engine(kvqa.Config(max_new_tokens=7), lm=default_lm))
+    seven = kvqa.Config.of(max_new_tokens=7)
+    other = app.KvqaApp(seven, kvqa.make_engine(seven, lm=default_lm))
     page = other.demo
-    assert page is not app.demo and other.config.max_new_tokens == 7 and UI.config.max_new_tokens != 7
+    assert page is not app.demo and other.config.limits.max_new_tokens == 7 and UI.config.limits.max_new_tokens != 7
     session = other.reads.on_paste(DOC_A, None)[other.page.state]
     assert session.engine is other.service.engine
     drain(other.questions.on_ask(Ask("Describe the document in detail."), session))

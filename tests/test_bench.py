@@ -84,7 +84,7 @@ def check_result(result: dict, contexts: list[int], questions: int, max_new_toke
 
 
 def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
-    config = kvqa.Config(max_new_tokens=5, chunk_size=48)  # several chunks per prefill
+    config = kvqa.Config.of(max_new_tokens=5, chunk_size=48)  # several chunks per prefill
     result = run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[80, 160], questions=QUESTIONS[:2],
                        config=config)
     check_result(result, [80, 160], questions=2, max_new_tokens=5)
@@ -102,13 +102,12 @@ def test_bench_in_process_table_and_plot(tiny_lm, tmp_path):
 def test_the_bench_runs_quote_lengths_side_by_side(tiny_lm):
     """`bench --quote-chars 0,60`: each length a run on the same model; the shorter quote reads fewer tokens per
     question, every row names its length, the table compares each run with the first."""
-    from dataclasses import replace
 
     from kvqa.bench.run import side_by_side
 
-    config = kvqa.Config(max_new_tokens=4, chunk_size=48)
+    config = kvqa.Config.of(max_new_tokens=4, chunk_size=48)
     runs = [run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[400], questions=QUESTIONS[0:3:2],
-                      config=replace(config, quote_chars=chars), methods=("recompute", "kvqa"), warm_up=False)
+                      config=config.replaced(quote_chars=chars), methods=("recompute", "kvqa"), warm_up=False)
             for chars in (0, 60)]
     result = side_by_side(runs)
     assert result["quote_chars"] == [0, 60] and result["runs"] == [{"weights": "fp32", "quote_chars": 0},
@@ -138,7 +137,7 @@ def test_the_seed_row_runs_on_transformers_own_attention(tiny_lm):
 def test_bench_measures_bandwidth_and_the_decode_floor(tiny_lm):
     """Know the floor: the bandwidth once per run; per kvqa row the decode step against
     (weights + KV at the context) / bandwidth, and TTFT against the question's bare forward."""
-    config = kvqa.Config(max_new_tokens=5, chunk_size=48)
+    config = kvqa.Config.of(max_new_tokens=5, chunk_size=48)
     result = run_bench(tiny_lm, SAMPLE_DOCUMENT.read_text(), contexts=[80, 160], questions=QUESTIONS[:2],
                        config=config, methods=("seed", "kvqa"), warm_up=False)
     machine = result["machine"]
@@ -168,7 +167,7 @@ def test_bench_measures_bandwidth_and_the_decode_floor(tiny_lm):
 
 def test_bench_default_model_same_answers(default_lm):
     result = run_bench(default_lm, SAMPLE_DOCUMENT.read_text(), contexts=[128], questions=QUESTIONS[:1],
-                       config=kvqa.Config(max_new_tokens=6), warm_up=False)
+                       config=kvqa.Config.of(max_new_tokens=6), warm_up=False)
     check_result(result, [128], questions=1, max_new_tokens=6)
     assert result["results"][0]["context_tokens"] == 128  # the cut is exact here
 
@@ -244,7 +243,7 @@ def test_store_bench_restores_the_same_cache_and_answers(tiny_lm):
                                  add_special_tokens=False)["input_ids"]
     documents = [cut_document(prompt, text_ids, n, name="d") for n in (80, 160)]
     rows = run_store_bench(tiny_lm, documents, questions=["What is the code word?"],
-                           config=kvqa.Config(max_new_tokens=4))
+                           config=kvqa.Config.of(max_new_tokens=4))
     assert [r["context_tokens"] for r in rows] == [len(ids) for _, ids in documents]
     assert all(r["same_answers"] and r["same_cache"] and r["restore_s"] > 0 and r["file_bytes"] > 0 for r in rows)
     assert "prefill/restore" in format_store_table(rows)

@@ -23,7 +23,7 @@ def request(host: str, forwarded: str | None = None) -> gr.Request:
 
 
 def make(behind_proxy: bool, *, limit: int = 16) -> app_module.KvqaApp:
-    config = Config(sessions_per_client=limit)
+    config = Config.of(sessions_per_client=limit)
     return app_module.KvqaApp(config, FakeEngine(), budget=CacheBudget(2**30, per_client=limit),
                               behind_proxy=behind_proxy)
 

@@ -65,7 +65,7 @@ def test_compiled_step_answers_like_a_recompute_through_the_same_step(tiny_lm):
     answer equals the recompute of the whole prompt in the same chunks, token for token."""
     lm = dataclasses.replace(tiny_lm, decode_step=compiled_decode_step(tiny_lm.model, tiny_lm.device))
     document = kvqa.document_from_text(TEXT)
-    config = kvqa.Config(chunk_size=64, max_new_tokens=12, max_question_tokens=32)
+    config = kvqa.Config.of(chunk_size=64, max_new_tokens=12, max_question_tokens=32)
     doc = kvqa.prefill(lm, document, config=config)
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
     for question in QUESTIONS:
@@ -90,7 +90,7 @@ def test_a_repetition_penalty_at_or_below_zero_is_refused():
     for bad in ("0", "-1.2"):  # a penalty of 0 would divide by zero, a negative one reward repeating
         with pytest.raises(kvqa.KvqaError, match="KVQA_REPETITION_PENALTY: must be above 0"):
             config_from_env({"KVQA_REPETITION_PENALTY": bad})
-    assert config_from_env({"KVQA_REPETITION_PENALTY": "1.2"}).repetition_penalty == 1.2
+    assert config_from_env({"KVQA_REPETITION_PENALTY": "1.2"}).decoding.repetition_penalty == 1.2
 
 
 def test_gpu_check_script_runs_end_to_end_on_a_tiny_model(tmp_path, default_lm):

@@ -26,7 +26,7 @@ REAL_CHOOSE = kvqa.generation.decode.choose
 
 @pytest.fixture(scope="module")
 def doc(tiny_lm):
-    return kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=NEW))
+    return kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=NEW))
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_a_completion_prompts_answer_ends_at_its_line_end(default_tokenizer, mon
     tokenizer = copy.deepcopy(default_tokenizer)
     tokenizer.chat_template = None
     lm = tiny_llama(tokenizer, seed=2)
-    doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=NEW))
+    doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=NEW))
     assert doc.prompt.stops_at_line_end
     free = kvqa.answer(lm, doc, QUESTION)
     line_end = tokenizer.convert_tokens_to_ids("\u010a")  # byte-level BPE's "\n"

@@ -95,15 +95,15 @@ def test_missing_file_and_folder(tmp_path):
 
 def test_file_over_the_size_limit(tmp_path):
     with pytest.raises(kvqa.DocumentError, match="limit"):
-        kvqa.load_document(write(tmp_path, "big.txt", b"word " * 1000), config=kvqa.Config(max_file_mb=0.001))
+        kvqa.load_document(write(tmp_path, "big.txt", b"word " * 1000), config=kvqa.Config.of(max_file_mb=0.001))
 
 
 def test_pdf_page_and_time_limits(tmp_path):
     path = write(tmp_path, "three.pdf", make_pdf(["one", "two", "three"]))
     with pytest.raises(kvqa.DocumentError, match="3 pages; the limit is 2"):
-        kvqa.load_document(path, config=kvqa.Config(max_pdf_pages=2))
+        kvqa.load_document(path, config=kvqa.Config.of(max_pdf_pages=2))
     with pytest.raises(kvqa.DocumentError, match="took over"):
-        kvqa.load_document(path, config=kvqa.Config(max_pdf_seconds=1e-9))
+        kvqa.load_document(path, config=kvqa.Config.of(max_pdf_seconds=1e-9))
 
 
 def bomb_pdf(expanded_bytes: int) -> bytes:

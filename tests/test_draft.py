@@ -36,7 +36,7 @@ def lm(request, tiny_lm, default_lm):
 
 
 def test_drafted_answers_are_the_plain_answers(lm):
-    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=40))
+    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=40))
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
     steps = drafted = 0
     for question in QUESTIONS:
@@ -57,7 +57,7 @@ def test_guesses_half_right_keep_the_right_ones_and_leave_no_trace_of_the_rest(t
     (it fails when rejected guesses are kept, in the answer or in the cache), and both kinds of guess happened."""
     import kvqa.generation.decode as decode
 
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=24))
     plain = kvqa.answer(tiny_lm, doc, QUESTIONS[0]).token_ids
     real_init = decode.Drafter.__init__
 
@@ -83,7 +83,7 @@ def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(de
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
     assert penalise(logits, [0, 1, 0], 2.0).tolist() == [[1.0, -2.0, 0.5, 3.0]]  # said: 0 and 1; others unchanged
     assert penalise(logits, [0], 1.0) is logits and penalise(logits, [], 2.0) is logits
-    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=40))
+    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=40))
     changed = 0
     for question in QUESTIONS:
         plain = kvqa.answer(default_lm, doc, question)
@@ -96,14 +96,14 @@ def test_the_repetition_penalty_lowers_what_was_said_and_drafting_keeps_to_it(de
 
 
 def test_sampling_does_not_draft(tiny_lm):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=16))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=16))
     a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3, draft_tokens=6)
     b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=3)
     assert a.token_ids == b.token_ids and a.timings.drafted_tokens == 0
 
 
 def test_stop_ends_a_drafted_answer_within_a_step(default_lm):
-    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=64))
+    doc = kvqa.prefill(default_lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=64))
     stop = []
     pieces = kvqa.stream(default_lm, doc, "Repeat the first sentence of the document.", draft_tokens=6,
                          should_stop=lambda: bool(stop))
@@ -118,7 +118,7 @@ def test_stop_ends_a_drafted_answer_within_a_step(default_lm):
 def test_a_guess_the_model_rejects_is_counted_and_leaves_no_trace(lm, monkeypatch):
     """A drafter that proposes the model's own next tokens and then a wrong one: the wrong guess is rejected (and
     counted), the answer is plain decoding's, and the cache is bit for bit what it was."""
-    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config(max_new_tokens=24))
+    doc = kvqa.prefill(lm, kvqa.document_from_text(DOC), config=kvqa.Config.of(max_new_tokens=24))
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
     question = "Who founded Pellacott Instruments?"
     plain = kvqa.answer(lm, doc, question).token_ids

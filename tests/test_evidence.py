@@ -149,7 +149,7 @@ def test_quotes_that_do_not_fit_are_dropped_not_refused(tiny_lm):
 @pytest.mark.parametrize("chars", [0, 90])  # the whole passage, its best sentence
 def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm, chars):
     document = document_from_text(HISTORY)
-    config = kvqa.Config(max_new_tokens=12, quote_passages=1, quote_chars=chars)
+    config = kvqa.Config.of(max_new_tokens=12, quote_passages=1, quote_chars=chars)
     engine = kvqa.LocalEngine(config, lm=tiny_lm)
     doc = engine.prefill(document)
     before = doc.cache.length
@@ -157,7 +157,7 @@ def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm,
         cached = ask(engine, doc, question).answer
         whole = ask_without_cache(engine, document, question, prompt=doc.prompt).answer
         assert cached.token_ids == whole.token_ids and cached.question == question
-        unquoted = kvqa.LocalEngine(kvqa.Config(max_new_tokens=12, quote_passages=0), lm=tiny_lm)
+        unquoted = kvqa.LocalEngine(kvqa.Config.of(max_new_tokens=12, quote_passages=0), lm=tiny_lm)
         assert cached.timings.question_tokens > ask(unquoted, doc, question).answer.timings.question_tokens
         assert doc.cache.length == before
 
@@ -183,7 +183,7 @@ def test_the_token_limit_never_leaves_half_a_character(tiny_lm, monkeypatch):
                if tok.decode(ids[:n]).endswith("\ufffd") and tok.decode(ids[:n]).rstrip("\ufffd"))
     script = iter(ids)
     monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(script))
-    doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config(max_new_tokens=cut))
+    doc = kvqa.prefill(tiny_lm, document_from_text("A document."), config=kvqa.Config.of(max_new_tokens=cut))
     answer = kvqa.answer(tiny_lm, doc, "What?", max_new_tokens=cut, draft_tokens=0)
     assert answer.stop_reason == "length" and len(answer.token_ids) == cut
     assert answer.text and not answer.text.endswith("\ufffd") and "答案是茶".startswith(answer.text)
@@ -208,7 +208,7 @@ def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
     said = tiny_lm.tokenizer("Built in 1802.", add_special_tokens=False)["input_ids"]
     script = itertools.chain(said, itertools.repeat(next(iter(tiny_lm.eos_ids))))
     monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(script))
-    doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config(max_new_tokens=16))
+    doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config.of(max_new_tokens=16))
     answer = kvqa.answer(tiny_lm, doc, "When was the bridge built?", draft_tokens=0)
     assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)
 

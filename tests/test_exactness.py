@@ -51,7 +51,7 @@ def lm(request, tiny_lm, default_lm):
 @pytest.mark.parametrize("draft", [0, 6])
 def test_cached_answers_equal_whole_prompt_answers(lm, draft):
     document = kvqa.document_from_text(TEXT)
-    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    config = kvqa.Config.of(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = snapshot(doc)
     for question in QUESTIONS if lm.name == "tiny-llama" else QUESTIONS[::2]:  # each recompute reads the whole text
@@ -62,7 +62,7 @@ def test_cached_answers_equal_whole_prompt_answers(lm, draft):
         assert cached.timings.new_tokens == len(cached.token_ids) > 0
         assert cached.timings.question_tokens < whole.timings.question_tokens
         assert_unchanged(doc, before)
-    assert doc.cache_bytes == bytes_per_token(lm.config, lm.dtype) * (doc.tokens + config.reserve_tokens)
+    assert doc.cache_bytes == bytes_per_token(lm.config, lm.dtype) * (doc.tokens + config.limits.reserve_tokens)
 
 
 @pytest.mark.parametrize("name,draft", [("tiny-bfloat16", 0), ("tiny-float16", 0), ("smollm2-bfloat16", 0),
@@ -73,7 +73,7 @@ def test_in_half_precision_cached_answers_are_bit_identical_to_a_recompute_in_th
     lm = half_lms[name]
     tiny = name.startswith("tiny")  # the real model in bfloat16 is slow on a CPU: a shorter text, two questions
     document = kvqa.document_from_text(TEXT if tiny else SHORT_TEXT)
-    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    config = kvqa.Config.of(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = snapshot(doc)
     assert doc.cache.tensors()[0][0].dtype == lm.dtype != torch.float32
@@ -94,7 +94,7 @@ def test_the_promise_follows_the_precision(default_lm, half_lms):
 
 
 def test_same_question_twice_gives_the_same_answer(tiny_lm):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=16))
     first = kvqa.answer(tiny_lm, doc, "Where is the bridge?")
     kvqa.answer(tiny_lm, doc, "Something else entirely, to disturb the reserve?")
     assert kvqa.answer(tiny_lm, doc, "Where is the bridge?").token_ids == first.token_ids
@@ -103,7 +103,7 @@ def test_same_question_twice_gives_the_same_answer(tiny_lm):
 @pytest.mark.parametrize("chunk_size", [1, 7, 100, 4096])
 def test_chunked_prefill_logits_match_one_forward(tiny_lm, chunk_size):
     """Chunking changes the shapes of the matmuls, so fp32 logits may differ in the last bits: this is the bound."""
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=chunk_size))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config.of(chunk_size=chunk_size))
     ids = list(doc.ids) + doc.prompt.suffix_ids("What is the secret word?")
     with torch.no_grad():
         one = run_chunks(tiny_lm, ids, new_cache(tiny_lm.config, len(ids)), chunk_size=len(ids))
@@ -158,14 +158,14 @@ def test_later_prefill_chunks_take_the_split_attention(tiny_lm, monkeypatch):
     split = kvqa.model.attention.attend_after_past
     monkeypatch.setattr(kvqa.model.attention, "attend_after_past",
                         lambda *args, **kw: calls.append(args[0].shape) or split(*args, **kw))
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config(chunk_size=100))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT[:1500]), config=kvqa.Config.of(chunk_size=100))
     chunks = -(-doc.tokens // 100)
     assert chunks > 2 and len(calls) == (chunks - 1) * tiny_lm.config.num_hidden_layers
     assert calls[0][2] == 100  # (B, H, T, D): a whole chunk of new tokens
 
 
 def test_stopping_mid_answer_leaves_the_cache_intact(tiny_lm):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=32))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=32))
     before = snapshot(doc)
     fresh = kvqa.answer(tiny_lm, doc, "Tell me about the museum.")
     events = kvqa.stream(tiny_lm, doc, "A question that will be stopped.", temperature=0)
@@ -177,7 +177,7 @@ def test_stopping_mid_answer_leaves_the_cache_intact(tiny_lm):
 
 
 def test_an_error_inside_the_model_leaves_the_cache_intact(tiny_lm, monkeypatch):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=16))
     before = snapshot(doc)
     fresh = kvqa.answer(tiny_lm, doc, "Where is the bridge?")
     inside = tiny_lm.model.model.layers[-1].mlp.act_fn  # run by the forward and by the written-out step alike
@@ -199,14 +199,14 @@ def test_an_error_inside_the_model_leaves_the_cache_intact(tiny_lm, monkeypatch)
 
 
 def test_a_second_question_while_one_streams_is_refused_not_mixed(tiny_lm):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=16))
     first = kvqa.stream(tiny_lm, doc, "First?")
     next(first)
     with pytest.raises(kvqa.BusyError):
         kvqa.answer(tiny_lm, doc, "Second?")
     first.close()
     second = kvqa.answer(tiny_lm, doc, "Second?")
-    fresh = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=16))
+    fresh = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=16))
     alone = kvqa.answer(tiny_lm, fresh, "Second?")
     assert second.token_ids == alone.token_ids  # nothing of the first mixed in
     assert doc.cache.length == doc.tokens and second.timings.question_tokens == alone.timings.question_tokens
@@ -218,7 +218,7 @@ def test_llama3_template_exact_across_a_date_change(tiny_llama3_lm, monkeypatch)
 
     monkeypatch.setattr(kvqa.prompt, "today", lambda: "28 Nov 2026")
     document = kvqa.document_from_text(TEXT)
-    config = kvqa.Config(max_new_tokens=16)
+    config = kvqa.Config.of(max_new_tokens=16)
     doc = kvqa.prefill(tiny_llama3_lm, document, config=config)
     monkeypatch.setattr(kvqa.prompt, "today", lambda: "29 Nov 2026")
     assert "28 Nov 2026" in tiny_llama3_lm.tokenizer.decode(doc.ids)
@@ -229,7 +229,7 @@ def test_llama3_template_exact_across_a_date_change(tiny_llama3_lm, monkeypatch)
 
 
 def test_sampling_with_a_seed_is_repeatable(tiny_lm):
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config(max_new_tokens=12))
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(max_new_tokens=12))
     a = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
     b = kvqa.answer(tiny_lm, doc, "Anything?", temperature=1.0, seed=7)
     assert a.token_ids == b.token_ids

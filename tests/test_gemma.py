@@ -58,9 +58,9 @@ def stock(gemma_lm):
 
 @pytest.fixture(scope="module")
 def engine_and_doc(gemma_lm):
-    engine = kvqa.LocalEngine(kvqa.Config(model="gemma-3-270m", max_new_tokens=NEW_TOKENS, repeat_stop=0,
+    engine = kvqa.LocalEngine(kvqa.Config.of(model="gemma-3-270m", max_new_tokens=NEW_TOKENS, repeat_stop=0,
                                           quote_passages=1), lm=gemma_lm)
-    assert engine.config.draft_tokens > 0  # drafted tokens are checked against the reference too
+    assert engine.config.decoding.draft_tokens > 0  # drafted tokens are checked against the reference too
     doc = engine.prefill(kvqa.document_from_text(DOCUMENT))
     assert doc.tokens >= 4 * 512  # four sliding windows and more
     return engine, doc
@@ -76,7 +76,7 @@ def reference(stock, lm, text: str) -> tuple[int, ...]:
 
 def best_passage(engine, question: str) -> str:
     return quotes(DOCUMENT, question, 1, passage_order(engine.lm, asked(question), 0),
-                  chars=engine.config.quote_chars)[0]
+                  chars=engine.config.decoding.quote_chars)[0]
 
 
 @pytest.mark.parametrize("question", QUESTIONS)

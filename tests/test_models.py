@@ -44,7 +44,7 @@ def test_device_and_dtype_choice_on_a_cpu_machine():
 
 def test_a_model_that_cannot_be_found_says_what_to_do(tmp_path):
     with pytest.raises(kvqa.ModelError, match="Could not load model"):
-        kvqa.load_model(kvqa.Config(model=str(tmp_path / "no-such-model")))
+        kvqa.load_model(kvqa.Config.of(model=str(tmp_path / "no-such-model")))
 
 
 def test_model_choice_for_the_machine_without_network():

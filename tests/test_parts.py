@@ -17,7 +17,7 @@ from kvqa.documents.parts import parse_range, part_of, select, units
 from kvqa.engines import LocalEngine
 from kvqa.session.session import Ask, Session
 
-CONFIG = kvqa.Config(max_question_tokens=160, max_new_tokens=16, chunk_size=256)
+CONFIG = kvqa.Config.of(max_question_tokens=160, max_new_tokens=16, chunk_size=256)
 FILLER = "The committee met again and discussed the budget, the roads and the library opening hours at length. "
 
 
@@ -43,7 +43,7 @@ def test_a_pdf_longer_than_the_context_is_read_in_parts_each_named(small, long_p
     session.load(long_pdf)
     part = session.document.part
     assert part is not None and part.unit == "pages" and part.first == 1 and 1 <= part.last < 10
-    assert session.prefilled.tokens <= 1000 - CONFIG.reserve_tokens
+    assert session.prefilled.tokens <= 1000 - CONFIG.limits.reserve_tokens
     assert f"code word for page {part.last} is" in session.document.text
     assert f"code word for page {part.last + 1} is" not in session.document.text
     assert session.notice.startswith("long.pdf is longer than this model reads at once: it is cut into")
@@ -79,7 +79,7 @@ def test_a_model_with_a_long_context_reads_the_same_pdf_whole(tiny_lm, long_pdf)
     session.load(long_pdf)
     assert session.notice is None and session.document.part is None
     assert all(f"code word for page {n} is" in session.document.text for n in range(1, 11))
-    assert session.prefilled.tokens > 1000 - CONFIG.reserve_tokens  # more than the small context reads
+    assert session.prefilled.tokens > 1000 - CONFIG.limits.reserve_tokens  # more than the small context reads
     assert session.prefilled.cache.length == session.prefilled.tokens
 
 
@@ -95,7 +95,8 @@ def test_a_long_text_is_cut_at_a_paragraph_and_a_far_too_long_one_is_read_too(sm
 
     huge = kvqa.document_from_text(FILLER * 400)  # over 32 characters per token of context: refused unread before
     session.load(huge)
-    assert session.document.part.last < len(huge.text) and session.prefilled.tokens <= 1000 - CONFIG.reserve_tokens
+    assert session.document.part.last < len(huge.text)
+    assert session.prefilled.tokens <= 1000 - CONFIG.limits.reserve_tokens
 
 
 def test_ranges_are_checked_with_messages_that_say_what_to_type(long_pdf):
@@ -150,7 +151,7 @@ def test_several_files_are_one_document_each_named_and_a_bad_one_is_skipped(tmp_
 @pytest.mark.parametrize("which", ["tiny", "smollm2"])
 def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, default_lm):
     lm = tiny_lm if which == "tiny" else default_lm
-    config = kvqa.Config(max_new_tokens=16, max_question_tokens=200, chunk_size=64)
+    config = kvqa.Config.of(max_new_tokens=16, max_question_tokens=200, chunk_size=64)
     document = kvqa.document_from_text("The museum opens at 9 am. The secret word is pelican. The bridge is 40 m long.")
     session = Session(LocalEngine(config, lm=lm))
     session.load(document)
@@ -160,9 +161,11 @@ def test_follow_ups_equal_a_recompute_of_the_whole_conversation(which, tiny_lm, 
     history = [("When does the museum open?", first.text)]
     whole = kvqa.answer_without_cache(lm, document, "And what is the secret word?", config=config,  # quoting as the
                                       prompt=session.prefilled.prompt, history=history,  # engine does
-                                      quote_passages=config.quote_passages, rerank_passages=config.rerank_passages)
+                                      quote_passages=config.decoding.quote_passages,
+                                      rerank_passages=config.decoding.rerank_passages)
     assert second.token_ids == whole.token_ids and session.turns[-1].follows == 1
-    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?", quote_passages=config.quote_passages)
+    alone = kvqa.answer(lm, session.prefilled, "And what is the secret word?",
+                        quote_passages=config.decoding.quote_passages)
     assert alone.timings.question_tokens < second.timings.question_tokens  # the follow-up read the first turn
     assert session.prefilled.cache.length == session.prefilled.tokens
     for (k, v), (k0, v0) in zip(session.prefilled.cache.tensors(), before):  # never written into the document's part
@@ -181,7 +184,7 @@ def test_a_long_conversation_keeps_the_latest_turns_that_fit(template, tiny_lm, 
     """Six follow-ups, in English and Chinese, on both template families: each is token for token a recompute of the
     turns it kept, and it kept the most recent turns that fit the question's room (one more would not)."""
     lm = tiny_lm if template == "chatml" else tiny_llama3_lm
-    config = kvqa.Config(max_new_tokens=8, max_question_tokens=120, chunk_size=64, quote_passages=0)
+    config = kvqa.Config.of(max_new_tokens=8, max_question_tokens=120, chunk_size=64, quote_passages=0)
     document = kvqa.document_from_text("A short document about birds. 这是一份关于鸟类的简短文件。")
     session = Session(LocalEngine(config, lm=lm))
     session.load(document)
@@ -198,7 +201,7 @@ def test_a_long_conversation_keeps_the_latest_turns_that_fit(template, tiny_lm, 
         prompt = session.prefilled.prompt
         if kept < len(earlier):  # one more turn would not fit in the room
             longer = earlier[len(earlier) - kept - 1:]
-            assert len(prompt.conversation_ids(longer, question)) > config.max_question_tokens
+            assert len(prompt.conversation_ids(longer, question)) > config.limits.max_question_tokens
     follows = [t.follows for t in session.turns]
     assert follows[0] == 0 and max(follows) >= 2 and follows[-1] < 5  # older turns were forgotten to fit
 
@@ -231,7 +234,7 @@ def test_api_prefill_takes_a_part_and_says_what_was_read(default_lm):
 
 
 def test_switching_model_keeps_the_text_and_reads_it_again(tiny_lm, default_lm):
-    config = kvqa.Config(max_new_tokens=8)
+    config = kvqa.Config.of(max_new_tokens=8)
     ui = app.KvqaApp(config, LocalEngine(config, lm=default_lm), models=["tiny-llama"])
     ui.service._engines["tiny-llama"] = LocalEngine(config, lm=tiny_lm)  # offered model, already loaded (no download)
     session = ui.reads.on_paste("The secret word is pelican.", None)[ui.page.state]
@@ -270,7 +273,7 @@ def test_cli_routes_each_question_to_its_part_and_says_so_in_json(small, long_pd
     result = json.loads(out)
     parts = result["parts"]
     assert parts[0]["first"] == 1 and parts[-1]["last"] == 10 and all(p["unit"] == "pages" for p in parts)
-    assert all(0 < p["tokens"] <= 1000 - CONFIG.reserve_tokens for p in parts)
+    assert all(0 < p["tokens"] <= 1000 - CONFIG.limits.reserve_tokens for p in parts)
     first, second = (a["part"] for a in result["answers"])
     assert first["unit"] == "pages" and first["first"] <= 10 == first["last"]  # the part holding page 10
     assert second["first"] == 1  # and back to the one holding page 1

@@ -98,13 +98,14 @@ def test_each_preset_answers_from_its_cache_as_transformers_generate_does(preset
     stock = copy.deepcopy(model).eval()  # before prepare(): stock attention, the model's own forward
     lm = prepare(model, tokenizer, name=preset.model, device=torch.device("cpu"))
     ChatPrompt.for_tokenizer(tokenizer).check()
-    engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=10, repeat_stop=0, quote_passages=1), lm=lm)
+    engine = kvqa.LocalEngine(kvqa.Config.of(max_new_tokens=10, repeat_stop=0, quote_passages=1), lm=lm)
     doc = engine.prefill(kvqa.document_from_text(DOCUMENT))
     for question in ("How much does it hold?", "它能装多少？"):
         answer = ask(engine, doc, question).answer
         messages = [{"role": "system", "content": system_text(DOCUMENT)},
                     {"role": "user", "content": question_turn(question, quotes(
-                        DOCUMENT, question, 1, passage_order(lm, asked(question), engine.config.rerank_passages)))}]
+                        DOCUMENT, question, 1,
+                        passage_order(lm, asked(question), engine.config.decoding.rerank_passages)))}]
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
                                              date_string=doc.prompt.date_string, enable_thinking=False)
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]

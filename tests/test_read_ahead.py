@@ -164,7 +164,7 @@ def test_with_the_real_engine_a_part_read_ahead_is_restored_and_answers_as_if_re
     from kvqa.cache.store import KVStore
     from kvqa.engines.stored import StoredLocalEngine
 
-    config = Config(max_new_tokens=8, max_question_tokens=64, chunk_size=256, quote_passages=1)
+    config = Config.of(max_new_tokens=8, max_question_tokens=64, chunk_size=256, quote_passages=1)
     engine = StoredLocalEngine(config, lm=tiny_lm, store=KVStore(tmp_path, 512 * 2**20))
     text = "\n\n".join(f"Section {n} names the codeword marigold{n}. " + "The harbour wall was repaired. " * 60
                        for n in range(14))  # about 6,000 tokens: two parts of a 4,096-token context

@@ -4,8 +4,6 @@ model was named or chosen in the list; the status says which model reads it and 
 
 from __future__ import annotations
 
-import dataclasses
-
 import gradio as gr
 import pytest
 
@@ -42,10 +40,10 @@ def test_a_chinese_document_goes_to_the_model_that_reads_chinese(converted):
 
 def test_one_rule_for_the_app_and_the_cli_and_none_for_a_serving_engine(converted):
     """reading_model() is what the app, its API and the CLI ask; a serving engine serves the model it loaded."""
-    config = kvqa.Config(model="SmolLM2-135M-Instruct", model_reason=Message("reason.default"), cache_dir=converted)
+    config = kvqa.Config.of(model="SmolLM2-135M-Instruct", model_reason=Message("reason.default"), cache_dir=converted)
     assert reading_model(config, CHINESE)[0] == "gemma-3-270m"
     assert reading_model(config, ENGLISH) is None
-    assert reading_model(dataclasses.replace(config, engine_url="http://127.0.0.1:1/v1"), CHINESE) is None
+    assert reading_model(config.replaced(engine_url="http://127.0.0.1:1/v1"), CHINESE) is None
 
 
 def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monkeypatch):
@@ -54,7 +52,7 @@ def test_nothing_changes_where_the_chinese_model_is_not_installed(tmp_path, monk
 
 
 def offline_app(cache_dir, **settings):
-    config = kvqa.Config(cache_dir=cache_dir, **settings)
+    config = kvqa.Config.of(cache_dir=cache_dir, **settings)
     default, gemma = FakeEngine(model="SmolLM2-135M-Instruct"), FakeEngine(model="gemma-3-270m")
     ui = app.KvqaApp(config, default, models=["gemma-3-270m"])
     ui.service._engines["gemma-3-270m"] = gemma  # offered, already loaded

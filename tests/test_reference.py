@@ -74,13 +74,13 @@ def reference(stock, messages: list[dict]) -> tuple[int, ...]:
 def kvqa_quotes(engine, question: str) -> list[str]:
     """What kvqa's engine quotes for the question: the passage it ranks first (its model reorders BM25's best), cut
     as its settings say (quote_chars)."""
-    order = passage_order(engine.lm, asked(question), engine.config.rerank_passages)
-    return quotes(DOCUMENT, question, 1, order, chars=engine.config.quote_chars)
+    order = passage_order(engine.lm, asked(question), engine.config.decoding.rerank_passages)
+    return quotes(DOCUMENT, question, 1, order, chars=engine.config.decoding.quote_chars)
 
 
 @pytest.fixture(scope="module")
 def engine_and_doc(default_lm):
-    config = kvqa.Config(max_new_tokens=NEW_TOKENS, repeat_stop=0, quote_passages=1)
+    config = kvqa.Config.of(max_new_tokens=NEW_TOKENS, repeat_stop=0, quote_passages=1)
     engine = kvqa.LocalEngine(config, lm=default_lm)
     document = kvqa.document_from_text(DOCUMENT)
     doc = engine.prefill(document)
@@ -127,7 +127,7 @@ def test_a_six_turn_follow_up_drops_the_oldest_turns_and_equals_transformers_gen
     kvqa kept, and those are the most recent turns that fit (one more would not). Guards the mutations: history
     dropped from the prompt (fails at the second question), a turn too many kept or one too few."""
     limit = 160
-    config = kvqa.Config(max_new_tokens=NEW_TOKENS, max_question_tokens=limit, repeat_stop=0, quote_passages=0)
+    config = kvqa.Config.of(max_new_tokens=NEW_TOKENS, max_question_tokens=limit, repeat_stop=0, quote_passages=0)
     session = kvqa.Session(kvqa.LocalEngine(config, lm=default_lm))
     session.load(kvqa.document_from_text(DOCUMENT))
     system = {"role": "system", "content": system_text(DOCUMENT)}

@@ -127,7 +127,7 @@ def server():
 
 
 def engine_for(url: str, **settings) -> RemoteEngine:
-    return RemoteEngine(Config(engine_url=url, engine_model=settings.pop("model", MODEL),
+    return RemoteEngine(Config.of(engine_url=url, engine_model=settings.pop("model", MODEL),
                                **{"max_new_tokens": 32, **settings}))
 
 
@@ -154,8 +154,8 @@ def test_answers_stream_and_the_second_question_comes_from_the_servers_prefix_ca
         # the server took at least the document's system turn from its cache (all of the prefill's prompt but the
         # assistant header, which the question's prompt does not share)
         assert t.cached_tokens is not None and t.cached_tokens >= doc.tokens - 8, (t, doc.tokens)
-        turn = question_turn(question, quotes(DOCUMENT, question, engine.config.quote_passages,
-                                              chars=engine.config.quote_chars))  # the quote too
+        turn = question_turn(question, quotes(DOCUMENT, question, engine.config.decoding.quote_passages,
+                                              chars=engine.config.decoding.quote_chars))  # the quote too
         assert t.question_tokens == t.prompt_tokens - t.cached_tokens < engine.count_tokens(turn) + 30
         answers.append(answer)
     assert "rights" in answers[0].text.lower()
@@ -216,7 +216,7 @@ def test_a_wrong_model_name_and_a_wrong_path_fail_at_start_with_one_line(server)
         engine_for(server.url, model="no-such-model").load()
     with pytest.raises(EngineRefused, match="no OpenAI-compatible API.*ends in /v1"):
         engine_for(server.url + "/nowhere").load()
-    name, value, problem = remote_status(Config(engine_url=server.url, engine_model="no-such-model"))[1]
+    name, value, problem = remote_status(Config.of(engine_url=server.url, engine_model="no-such-model"))[1]
     assert name == "server model" and "KVQA_ENGINE_MODEL" in problem and "\n" not in problem
 
 
@@ -278,7 +278,7 @@ def test_an_overloaded_server_says_wait(status):
             return httpx.Response(200, json={"data": [{"id": MODEL}]})
         return httpx.Response(status, json={"error": {"message": "too many requests", "code": status}})
 
-    engine = RemoteEngine(Config(engine_url="http://server.invalid/v1"), transport=httpx.MockTransport(reply))
+    engine = RemoteEngine(Config.of(engine_url="http://server.invalid/v1"), transport=httpx.MockTransport(reply))
     with pytest.raises(EngineBusy, match=f"overloaded \\({status}.*try again"):
         engine.prefill(document_from_text(DOCUMENT, name="sample"))
 
@@ -287,7 +287,7 @@ def test_the_engine_is_chosen_by_the_environment():
     config = config_from_env({"KVQA_ENGINE_URL": "http://127.0.0.1:1/v1", "KVQA_ENGINE_MODEL": "m",
                               "KVQA_ENGINE_API_KEY": "secret"})
     engine = make_engine(config)
-    assert engine.kind == "remote" and config.engine_model == "m" and "secret" not in repr(config)
+    assert engine.kind == "remote" and config.remote.engine_model == "m" and "secret" not in repr(config)
     with pytest.raises(KvqaError, match="KVQA_ENGINE_TIMEOUT"):
         config_from_env({"KVQA_ENGINE_TIMEOUT": "0"})
 

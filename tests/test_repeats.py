@@ -115,7 +115,7 @@ def test_the_decode_loop_stops_repeating_before_the_sentence_said_again_on_both_
     choices = iter(ids)
     monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(choices))
     document = kvqa.document_from_text("A short document about nothing in particular.")
-    config = kvqa.Config(max_new_tokens=len(ids))
+    config = kvqa.Config.of(max_new_tokens=len(ids))
     doc = kvqa.prefill(tiny_lm, document, config=config)
     stream = kvqa.stream(tiny_lm, doc, "What is asn1_create_element?", repeat_stop=12, draft_tokens=0,
                          quote_passages=0)
@@ -140,6 +140,7 @@ def test_a_repeat_cut_by_the_token_limit_is_dropped_at_the_end(tiny_lm, monkeypa
     limit = len(script(tiny_lm, FIRST + " The function is defined as asn1_create_element, which is"))
     choices = iter(ids)
     monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(choices))
-    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text("A short document."), config=kvqa.Config(max_new_tokens=limit))
+    config = kvqa.Config.of(max_new_tokens=limit)
+    doc = kvqa.prefill(tiny_lm, kvqa.document_from_text("A short document."), config=config)
     answer = kvqa.answer(tiny_lm, doc, "What is it?", repeat_stop=12, draft_tokens=0, quote_passages=0)
     assert answer.stop_reason == "repeating" and answer.text == FIRST and answer.timings.new_tokens == limit

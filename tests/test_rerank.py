@@ -79,7 +79,7 @@ def test_the_ranking_counts_in_the_first_token_and_answers_equal_a_recompute(tin
 
     monkeypatch.setattr(rerank, "question_likelihood", slow)
     document = document_from_text(HISTORY)
-    engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=8, quote_passages=1, rerank_passages=5), lm=tiny_lm)
+    engine = kvqa.LocalEngine(kvqa.Config.of(max_new_tokens=8, quote_passages=1, rerank_passages=5), lm=tiny_lm)
     doc = engine.prefill(document)
     cached = ask(engine, doc, QUESTION).answer
     assert cached.timings.ttft_s >= 0.3  # the reranking happened before the first token and is counted
@@ -96,7 +96,7 @@ def test_running_out_of_memory_while_reranking_is_the_users_message(tiny_lm, mon
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(rerank, "question_likelihood", out_of_memory)
-    engine = kvqa.LocalEngine(kvqa.Config(max_new_tokens=4, rerank_passages=5), lm=tiny_lm)
+    engine = kvqa.LocalEngine(kvqa.Config.of(max_new_tokens=4, rerank_passages=5), lm=tiny_lm)
     doc = engine.prefill(document_from_text(HISTORY))
     for asking in (lambda: ask(engine, doc, QUESTION), lambda: ask_without_cache(engine, doc.document, QUESTION)):
         with pytest.raises(kvqa.KvqaError) as refused:

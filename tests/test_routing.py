@@ -142,7 +142,7 @@ def test_the_latency_panel_lists_each_part_read_once():
 
 
 def test_before_reading_a_long_document_says_how_many_parts_it_makes():
-    config = Config(max_question_tokens=10, max_new_tokens=10)
+    config = Config.of(max_question_tokens=10, max_new_tokens=10)
     kvqa_app = app_module.KvqaApp(config, FakeEngine(context_tokens=400), budget=CacheBudget(2**30))
     said = []
     kvqa_app.service.read(document_from_text(TEXT, name="long.txt"), None, None,

@@ -103,7 +103,7 @@ def test_a_scan_too_long_is_refused_before_ocr_starts(tmp_path, monkeypatch):
     path.write_bytes(make_pdf([""] * 5))
     monkeypatch.setattr(ocr, "read_image", lambda image: pytest.fail("OCR started"))
     with pytest.raises(kvqa.DocumentError, match="5 scanned pages.*at most 4") as info:
-        load_document(path, config=Config(max_ocr_pages=4))
+        load_document(path, config=Config.of(max_ocr_pages=4))
     assert "long-scan.pdf" in str(info.value)
 
 

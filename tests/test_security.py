@@ -198,10 +198,10 @@ def test_gradio_client_uploads_local_files_itself(server, tmp_path, reads):
 
 
 def test_a_client_with_many_sessions_evicts_only_its_own_caches(tiny_lm):
-    config = kvqa.Config(max_new_tokens=8, max_question_tokens=32)
+    config = kvqa.Config.of(max_new_tokens=8, max_question_tokens=32)
     docs = [kvqa.document_from_text(f"Document number {i}. " * 30) for i in range(8)]
     one = bytes_per_token(tiny_lm.config, tiny_lm.dtype) * (len(kvqa.prefill(tiny_lm, docs[0], config=config).ids)
-                                                            + config.reserve_tokens)
+                                                            + config.limits.reserve_tokens)
     budget = CacheBudget(int(one * 6.5), per_client=2)  # room for six caches; two per client
     engine = LocalEngine(config, lm=tiny_lm)
     others = [Session(engine, budget, client="10.0.0.1"), Session(engine, budget, client="10.0.0.2")]

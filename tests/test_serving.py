@@ -41,7 +41,7 @@ def free_port() -> int:
 def served():
     """A fresh app on loopback with a queue of one, a 1 MB upload limit and a gated engine."""
     engine = GatedEngine()
-    kvqa_app = app_module.KvqaApp(Config(max_file_mb=1), engine, budget=CacheBudget(2**30))
+    kvqa_app = app_module.KvqaApp(Config.of(max_file_mb=1), engine, budget=CacheBudget(2**30))
     page = kvqa_app.demo
     port = free_port()
     app_module.serve(page, kvqa_app, concurrency=1, queue_size=1, host="127.0.0.1", port=port,
@@ -121,7 +121,7 @@ def one_document_each(request, monkeypatch):
     loopback by default; told to trust another address, it leaves loopback connections as a remote client's are, so
     what is tested is kvqa's own reading of the header."""
     monkeypatch.setenv("FORWARDED_ALLOW_IPS", "192.0.2.1")
-    kvqa_app = app_module.KvqaApp(Config(sessions_per_client=1), FakeEngine(), budget=CacheBudget(2**30),
+    kvqa_app = app_module.KvqaApp(Config.of(sessions_per_client=1), FakeEngine(), budget=CacheBudget(2**30),
                                   behind_proxy=request.param)
     page = kvqa_app.demo
     port = free_port()

@@ -20,7 +20,7 @@ from kvqa.errors import QuestionError
 from kvqa.session.session import Ask, Session, Turn, cache_origin, speedup
 from kvqa.timing import Timings
 
-CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=256)
+CONFIG = kvqa.Config.of(max_new_tokens=12, max_question_tokens=256)
 TEXT = ("The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. "
         "The bridge was finished in 1932 after four years of work. ") * 6
 

@@ -16,7 +16,7 @@ from kvqa.engines import LocalEngine
 from kvqa.model.kv_cache import bytes_per_token
 from kvqa.session.session import YIELD_WAIT_S, Ask, Session
 
-CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64)
+CONFIG = kvqa.Config.of(max_new_tokens=12, max_question_tokens=64)
 DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)
         for i, w in enumerate(["alpha", "bravo", "charlie"])]
 
@@ -31,7 +31,7 @@ def new_session(lm, budget=None, **kw) -> Session:
 
 def cache_bytes(lm, document) -> int:
     prompt_tokens = len(kvqa.prefill(lm, document, config=CONFIG).ids)
-    return bytes_per_token(lm.config, lm.dtype) * (prompt_tokens + CONFIG.reserve_tokens)
+    return bytes_per_token(lm.config, lm.dtype) * (prompt_tokens + CONFIG.limits.reserve_tokens)
 
 
 def test_least_recently_used_cache_is_evicted_and_rebuilt_on_the_next_question(tiny_lm):

@@ -14,7 +14,7 @@ from kvqa.engines import LocalEngine, make_engine
 from kvqa.errors import BusyError
 from kvqa.session.session import Ask, Session, cache_origin
 
-CONFIG = kvqa.Config(max_new_tokens=10, max_question_tokens=64)
+CONFIG = kvqa.Config.of(max_new_tokens=10, max_question_tokens=64)
 DOC = kvqa.document_from_text("The harbour's code word is pelican. The ferry leaves at nine every morning. " * 10)
 OTHER = kvqa.document_from_text("The library's code word is walrus. It opens at ten on Sundays. " * 10)
 QUESTIONS = ["What is the code word?", "When does the ferry leave?", "What happens every morning?"]

@@ -21,7 +21,7 @@ from kvqa.engines.stored import StoredLocalEngine
 from kvqa.session.ask import ask
 from test_store_file import header
 
-CONFIG = kvqa.Config(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
+CONFIG = kvqa.Config.of(max_new_tokens=12, max_question_tokens=64, chunk_size=64)
 DOC = kvqa.document_from_text("The lighthouse keeper's code word is pelican. The ferry leaves at nine. " * 12)
 QUESTIONS = ["What is the code word?", "When does the ferry leave?"]
 MB = 2**20
@@ -326,7 +326,7 @@ import json, sys
 import kvqa
 from kvqa.cache.store import KVStore
 lm = kvqa.load_model(kvqa.Config())
-engine = kvqa.make_engine(kvqa.Config(max_new_tokens=12, max_question_tokens=64), {}, lm=lm,
+engine = kvqa.make_engine(kvqa.Config.of(max_new_tokens=12, max_question_tokens=64), {}, lm=lm,
                           store=KVStore(sys.argv[1], 2**30))
 doc = engine.prefill(kvqa.document_from_text(sys.argv[2]))
 engine.store.flush()
@@ -375,11 +375,11 @@ def test_the_default_settings_make_a_store_under_the_cache_folder(tmp_path):
     failed to start with the store on; the tests run with it off)."""
     from kvqa.cache.store import store_for
 
-    store = store_for(kvqa.Config(cache_dir=tmp_path))
+    store = store_for(kvqa.Config.of(cache_dir=tmp_path))
     assert store is not None and store.folder == tmp_path / "store"
-    assert store.limit_bytes == kvqa.Config().store_mb * 2**20
-    assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=3)).limit_bytes == 3 * 2**20
-    assert store_for(kvqa.Config(cache_dir=tmp_path, store_mb=0)) is None
+    assert store.limit_bytes == kvqa.Config().store.store_mb * 2**20
+    assert store_for(kvqa.Config.of(cache_dir=tmp_path, store_mb=3)).limit_bytes == 3 * 2**20
+    assert store_for(kvqa.Config.of(cache_dir=tmp_path, store_mb=0)) is None
 
 
 def test_a_text_with_a_lone_surrogate_gets_its_own_key():

@@ -37,7 +37,7 @@ def test_a_looping_answer_stops_as_repeating_on_both_paths(tiny_lm, monkeypatch)
     cycle = itertools.cycle([11, 12, 13, 14, 15])
     monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(cycle))
     document = kvqa.document_from_text("A short document about nothing in particular.")
-    config = kvqa.Config(max_new_tokens=64)
+    config = kvqa.Config.of(max_new_tokens=64)
     doc = kvqa.prefill(tiny_lm, document, config=config)
     cached = kvqa.answer(tiny_lm, doc, "Anything?", repeat_stop=12)
     cycle = itertools.cycle([11, 12, 13, 14, 15])
@@ -80,7 +80,7 @@ def test_cjk_sources():
 
 def test_sources_change_neither_the_answer_nor_the_cache(tiny_lm):
     document = kvqa.document_from_text("The secret word is pelican. " * 20)
-    doc = kvqa.prefill(tiny_lm, document, config=kvqa.Config(max_new_tokens=12))
+    doc = kvqa.prefill(tiny_lm, document, config=kvqa.Config.of(max_new_tokens=12))
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
     first = kvqa.answer(tiny_lm, doc, "What is the secret word?")
     again = kvqa.answer(tiny_lm, doc, "What is the secret word?")

@@ -45,7 +45,7 @@ QUESTIONS_ASKED = ["What is the secret word?", "When does the museum open on Sun
 
 @pytest.fixture(scope="session")
 def int8_lm() -> kvqa.LoadedModel:
-    return kvqa.load_model(kvqa.Config(weights="int8"))
+    return kvqa.load_model(kvqa.Config.of(weights="int8"))
 
 
 @pytest.fixture(scope="session")
@@ -120,7 +120,7 @@ def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monke
         lm = tiny_int8_widened[name]
         assert lm.dtype == torch.float32 and lm.kv_dtype == dtype
         seen.clear()
-        doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config(chunk_size=100))
+        doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(chunk_size=100))
         assert {t.dtype for pair in doc.cache.tensors() for t in pair} == {dtype}
         assert doc.cache_bytes == kvqa.model.kv_cache.bytes_per_token(lm.config, dtype) * doc.cache.capacity
         answer = kvqa.answer(lm, doc, QUESTIONS_ASKED[1], max_new_tokens=8)
@@ -194,7 +194,7 @@ def tiny_int8_widened(default_lm) -> dict[str, kvqa.LoadedModel]:
 def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8_widened, int8_lm, name, draft):
     lm = tiny_int8_widened.get(name, int8_lm)
     document = kvqa.document_from_text(TEXT)
-    config = kvqa.Config(chunk_size=128, max_new_tokens=24)
+    config = kvqa.Config.of(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = [(k.clone(), v.clone()) for k, v in doc.cache.tensors()]
     for question in QUESTIONS_ASKED if name != "smollm2" else QUESTIONS_ASKED[::2]:  # English and Chinese
@@ -221,16 +221,16 @@ def test_each_widening_and_kernel_keys_its_own_caches(tiny_int8_widened, tiny_lm
         products = [m for m in lm.model.modules() if isinstance(m, Int8Linear)] + [*lm.step.qkv, *lm.step.gate_up]
         assert {m.widening for m in products} == {widening}
     document = kvqa.document_from_text(TEXT)
-    caches = [kvqa.prefill(lm, document, config=kvqa.Config(chunk_size=128)).cache for lm in (wide, narrow)]
+    caches = [kvqa.prefill(lm, document, config=kvqa.Config.of(chunk_size=128)).cache for lm in (wide, narrow)]
     assert not all(torch.equal(a, b) for (a, _), (b, _) in zip(*(c.tensors() for c in caches)))
 
 
 def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, default_lm):
-    info = LocalEngine(kvqa.Config(weights="int8"), lm=int8_lm).info
+    info = LocalEngine(kvqa.Config.of(weights="int8"), lm=int8_lm).info
     assert info.weights == "int8" and not info.exact_vs_recompute
     assert info.guarantee.key == "promise.int8"
     assert info.precision == f"float32; int8 weights, {int8_lm.weight_bytes / 2**20:,.0f} MiB"
-    fp32 = LocalEngine(kvqa.Config(weights="fp32"), lm=default_lm).info if default_lm.weights == "fp32" else None
+    fp32 = LocalEngine(kvqa.Config.of(weights="fp32"), lm=default_lm).info if default_lm.weights == "fp32" else None
     if fp32 is not None:
         assert fp32.guarantee.key == "promise.float32" and fp32.exact_vs_recompute
 
@@ -269,7 +269,7 @@ def test_the_cli_refuses_an_unknown_form_in_one_line(tmp_path, capsys):
 
 
 def test_the_bench_runs_forms_side_by_side(tiny_lm, tiny_int8):
-    config = kvqa.Config(max_new_tokens=5, chunk_size=48)
+    config = kvqa.Config.of(max_new_tokens=5, chunk_size=48)
     runs = [run_bench(lm, SAMPLE_DOCUMENT.read_text(), contexts=[120], questions=QUESTIONS[:2], config=config,
                       methods=("recompute", "kvqa"), warm_up=False) for lm in (tiny_lm, tiny_int8)]
     result = side_by_side(runs)

@@ -24,7 +24,7 @@ from kvqa.engines.zerogpu import ZeroGPUEngine
 from kvqa.session.ask import ask
 from kvqa.session.session import Session
 
-CONFIG = kvqa.Config(max_new_tokens=16, weights="fp32")  # the fake GPU is this CPU: float32 weights, as default_lm
+CONFIG = kvqa.Config.of(max_new_tokens=16, weights="fp32")  # the fake GPU is this CPU: float32 weights, as default_lm
 
 
 def local_answer(lm, doc, question: str) -> tuple[int, ...]:
@@ -107,7 +107,7 @@ def test_prefill_and_answers_cross_the_boundary_on_the_cpu_and_stay_exact(defaul
 def test_settings_cross_too(default_lm, fake_spaces):
     """The answer length, the decoding settings and the model are the engine's, inside the GPU function as outside:
     the answer is the local engine's with the same settings, token for token."""
-    config = kvqa.Config(max_new_tokens=5, draft_tokens=0, repeat_stop=0, quote_passages=0, weights="fp32")
+    config = kvqa.Config.of(max_new_tokens=5, draft_tokens=0, repeat_stop=0, quote_passages=0, weights="fp32")
     session = zerogpu_session(config)
     session.load(kvqa.document_from_text(TEXT))
     answer = session.ask("Describe the document in detail.").answer

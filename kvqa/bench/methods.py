@@ -79,7 +79,7 @@ def run_recompute(lm: LoadedModel, document: Document, prompt: Prompt, prefix_id
                   questions: Sequence[str], config: Config) -> tuple[dict, list[tuple[int, ...]]]:
     """Every question answered from the whole prompt, computed from scratch."""
     with PeakMemory(lm.device) as memory:
-        engine = LocalEngine(replace(config, repeat_stop=0, draft_tokens=0), lm=lm)  # the usual way: plain decoding
+        engine = LocalEngine(config.replaced(repeat_stop=0, draft_tokens=0), lm=lm)  # the usual way: plain decoding
         answers = [ask_without_cache(engine, document, q, prompt=prompt).answer for q in questions]
     runs = [(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in answers]
     row = _row("recompute", len(prefix_ids), runs, peak_memory_bytes=memory.increase,
@@ -114,11 +114,12 @@ def run_seed(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     model, device = lm.model, lm.device
     ends = lm.eos_ids | stops_for(lm, prompt)  # a completion prompt's answer also ends at its line's end
     eos = sorted(ends)
-    generation = GenerationConfig(max_new_tokens=config.max_new_tokens, do_sample=False, eos_token_id=eos or None,
+    generation = GenerationConfig(max_new_tokens=config.limits.max_new_tokens, do_sample=False,
+                                  eos_token_id=eos or None,
                                   pad_token_id=eos[0] if eos else None,
                                   begin_suppress_tokens=eos if prompt.stops_at_line_end else None)
-    suffixes = [prompt.question_ids(q, limit=config.max_question_tokens,  # the quoted passage too, as kvqa asks
-                                    quotes=_quotes(lm, document, q, config))
+    suffixes = [prompt.question_ids(q, limit=config.limits.max_question_tokens,  # the quoted passage too, as kvqa asks
+                                    quotes=_quotes(lm, document, q, config.decoding))
                 for q in questions]
     runs, forks, ids_all = [], [], []
     with stock_attention(model), PeakMemory(device) as memory:
@@ -167,15 +168,15 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     with torch.no_grad():  # the prefill in chunks and as one forward, alternately, outside the memory window
         for _ in range(PREFILL_REPEATS):
             for chunk_size, times in ((len(prefix_ids), unchunked), (config.chunk_size, chunked)):
-                cache = new_cache(lm.config, len(prefix_ids) + config.reserve_tokens, lm.kv_dtype)
+                cache = new_cache(lm.config, len(prefix_ids) + config.limits.reserve_tokens, lm.kv_dtype)
                 started = now(device)
                 run_chunks(lm, prefix_ids, cache, chunk_size=chunk_size)
                 times.append(now(device) - started)
                 del cache
     unchunked_s, chunked_s = min(unchunked), min(chunked)
     answers, plain, floors, forks, asked = [], [], [], [], []
-    engine = LocalEngine(replace(config, temperature=0.0, repeat_stop=0), lm=lm)  # as the app uses it, drafting on
-    undrafted = LocalEngine(replace(engine.config, draft_tokens=0), lm=lm)  # the same without drafting
+    engine = LocalEngine(config.replaced(temperature=0.0, repeat_stop=0), lm=lm)  # as the app uses it, drafting on
+    undrafted = LocalEngine(engine.config.replaced(draft_tokens=0), lm=lm)  # the same without drafting
     with PeakMemory(device) as memory:
         doc = engine.prefill(document)
         for question in questions:
@@ -209,7 +210,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     row["ttft_over_floor"] = row["ttft_s"] / row["floor_ttft_s"] if row["floor_ttft_s"] > 0 else None
     steps = sum(a.timings.decode_steps for a in answers)
     plain_rate = _decode_rate([(a.timings.new_tokens, a.timings.ttft_s, a.timings.answer_s) for a in plain])
-    row.update(draft_tokens=engine.config.draft_tokens,
+    row.update(draft_tokens=engine.config.decoding.draft_tokens,
                draft_tokens_per_step=sum(a.timings.drafted_tokens for a in answers) / steps if steps else 0.0,
                undrafted_decode_tokens_per_s=plain_rate,
                draft_speedup=row["decode_tokens_per_s"] / plain_rate if plain_rate > 0 else None,

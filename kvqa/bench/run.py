@@ -12,7 +12,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -122,7 +121,7 @@ def run_bench(
     *,
     contexts: Sequence[int] = DEFAULT_CONTEXTS,
     questions: Sequence[str] = QUESTIONS[:DEFAULT_QUESTIONS],
-    config: Config = Config(max_new_tokens=DEFAULT_MAX_NEW_TOKENS),
+    config: Config = Config.of(max_new_tokens=DEFAULT_MAX_NEW_TOKENS),
     methods: Sequence[str] = METHODS,
     document_name: str = "document",
     warm_up: bool = True,
@@ -136,10 +135,10 @@ def run_bench(
     unknown = [m for m in methods if m not in RUNNERS]
     if unknown:
         raise BenchError("bench.unknown_methods", unknown=", ".join(unknown), methods=", ".join(METHODS))
-    limit = lm.context_length - config.reserve_tokens
+    limit = lm.context_length - config.limits.reserve_tokens
     if max(contexts) > limit:
         raise BenchError("bench.context_too_long", context=max(contexts), model=lm.name, limit=limit,
-                         length=lm.context_length, reserve=config.reserve_tokens)
+                         length=lm.context_length, reserve=config.limits.reserve_tokens)
     prompt = prompt_for(lm.tokenizer)
     text = long_text(text, lm.tokenizer, max(contexts) + 64)
     text_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -147,7 +146,7 @@ def run_bench(
     warm_up_s = {}
     if warm_up:  # first calls pay for lazy initialisation (kernels, allocator, thread pools, compiling the decode
         document, prefix_ids = cuts[min(contexts)]  # step): not part of any method's figures
-        small = replace(config, max_new_tokens=4)
+        small = config.replaced(max_new_tokens=4)
         say("warming up" + (" (compiling the decode step)" if lm.decode_step is not None else "") + " ...")
         for method in methods:
             started = time.perf_counter()
@@ -167,10 +166,10 @@ def run_bench(
             if method == "kvqa":
                 row.update(decode_floor(row, lm, bandwidth))
             row = {**row, "target_context_tokens": n, "questions": len(questions),
-                   "max_new_tokens": config.max_new_tokens, "same_answers": ids == reference}
+                   "max_new_tokens": config.limits.max_new_tokens, "same_answers": ids == reference}
             results.append(row)
     return {"machine": machine_info(lm, bandwidth), "model": lm.name, "compiled_decode": lm.decode_step is not None,
-            "weights": lm.weights, "weight_bytes": lm.weight_bytes, "quote_chars": config.quote_chars,
+            "weights": lm.weights, "weight_bytes": lm.weight_bytes, "quote_chars": config.decoding.quote_chars,
             "warm_up_s": warm_up_s, "results": results}
 
 
@@ -258,11 +257,11 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
     if args.random_init:
         config_path(args.random_init)  # a bad path fails before anything is loaded
     forms = parse_weights(args.weights or config.weights)
-    quotes = parse_quote_chars(args.quote_chars) if args.quote_chars else [config.quote_chars]
+    quotes = parse_quote_chars(args.quote_chars) if args.quote_chars else [config.decoding.quote_chars]
     say = (lambda message: None) if args.json else (lambda message: print(message, file=sys.stderr, flush=True))
     runs = []
     for form in forms:
-        form_config = replace(config, weights=form)
+        form_config = config.replaced(weights=form)
         say(f"loading {args.random_init + ' (random weights)' if args.random_init else config.model} "
             f"({form} weights) ...")
         lm = random_init_model(args.random_init, form_config) if args.random_init else load_model(form_config)
@@ -274,7 +273,7 @@ def run_from_args(args: argparse.Namespace, config: Config) -> int:
             if len(quotes) > 1:
                 say(f"quoted passages cut to {chars} characters ..." if chars else "quoted passages whole ...")
             runs.append(run_bench(lm, text, contexts=contexts, questions=QUESTIONS[: args.questions],
-                                  config=replace(form_config, quote_chars=chars), document_name=name,
+                                  config=form_config.replaced(quote_chars=chars), document_name=name,
                                   warm_up=chars == quotes[0], say=say))  # one warm-up per model loaded
     result = side_by_side(runs)
     if args.json:

@@ -103,11 +103,11 @@ class CacheBudget:
 
 
 def budget_for(engine, config) -> CacheBudget:
-    """config.cache_budget_mb if set, else half the free memory where the engine keeps caches (the GPU, or the
-    CPU: also on ZeroGPU, which keeps them there between calls); config.caches_per_client per client."""
+    """config.serving.cache_budget_mb if set, else half the free memory where the engine keeps caches (the GPU, or the
+    CPU: also on ZeroGPU, which keeps them there between calls); config.serving.caches_per_client per client."""
     import torch
 
-    if config.cache_budget_mb:
-        return CacheBudget(int(config.cache_budget_mb * 2**20), per_client=config.caches_per_client)
+    if config.serving.cache_budget_mb:
+        return CacheBudget(int(config.serving.cache_budget_mb * 2**20), per_client=config.serving.caches_per_client)
     limit = default_budget_bytes(torch.device(engine.info.cache_device))
-    return CacheBudget(limit, per_client=config.caches_per_client)
+    return CacheBudget(limit, per_client=config.serving.caches_per_client)

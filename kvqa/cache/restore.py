@@ -40,7 +40,7 @@ def prefill_or_restore(lm: LoadedModel, document: Document, store: KVStore, *, w
     file_bytes): whether restoring a stored file is worth it here (else the document is read again, its file kept)."""
     prompt, ids = prefix_of(lm, document, config=config)
     if admit is not None:  # once, for either way: the cache is the same size
-        admit(cache_bytes(lm.config, lm.kv_dtype, len(ids), config.reserve_tokens))
+        admit(cache_bytes(lm.config, lm.kv_dtype, len(ids), config.limits.reserve_tokens))
     key = cache_key(lm, document, weights=weights)
     stored = file_bytes(store.path(key))
     if stored is None or restore_if is None or restore_if(len(ids), stored):
@@ -83,11 +83,11 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: P
     if tuple(ids) != stored.ids:
         log.warning("kvqa store: the stored prefix ids differ from this tokenizer's; the document will be read again")
         return None
-    check_fits(lm, len(ids), config.reserve_tokens)
+    check_fits(lm, len(ids), config.limits.reserve_tokens)
     with out_of_memory_as_error("doing.restoring"):
-        cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.reserve_tokens)
+        cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.limits.reserve_tokens)
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
-        prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.max_question_tokens,
-        max_new_tokens=config.max_new_tokens, origin="disk", read_s=stored.read_s,
+        prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.limits.max_question_tokens,
+        max_new_tokens=config.limits.max_new_tokens, origin="disk", read_s=stored.read_s,
     )

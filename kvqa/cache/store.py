@@ -304,6 +304,6 @@ def file_bytes(path: Path) -> int | None:
 
 def store_for(config) -> KVStore | None:
     """The store these settings ask for, or None when it is turned off (store_mb = 0)."""
-    if not config.store_mb:
+    if not config.store.store_mb:
         return None
-    return KVStore(config.store_folder, int(config.store_mb * 2**20))
+    return KVStore(config.store_folder, int(config.store.store_mb * 2**20))

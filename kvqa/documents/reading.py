@@ -127,8 +127,8 @@ def load_document(path: str | Path, *, config: Config = Config(), progress: Prog
         raise DocumentError("file.unsupported", kind=kind, name=path.name, types=TYPES)
     try:
         size = path.stat().st_size
-        if size > config.max_file_bytes:
-            raise DocumentError("file.too_big", name=path.name, mb=size / 2**20, limit_mb=config.max_file_mb)
+        if size > config.limits.max_file_bytes:
+            raise DocumentError("file.too_big", name=path.name, mb=size / 2**20, limit_mb=config.limits.max_file_mb)
         data = path.read_bytes()
     except FileNotFoundError:
         raise DocumentError("file.missing", path=path) from None
@@ -143,8 +143,8 @@ def load_document(path: str | Path, *, config: Config = Config(), progress: Prog
     if suffix in IMAGE_SUFFIXES:
         return _image_document(data, path.name, config=config, progress=progress)
     if suffix in OFFICE_SUFFIXES:
-        pages = read_office(data, suffix, path.name, max_pages=config.max_pdf_pages,
-                            max_expanded_bytes=EXPANSION * config.max_file_bytes)
+        pages = read_office(data, suffix, path.name, max_pages=config.limits.max_pdf_pages,
+                            max_expanded_bytes=EXPANSION * config.limits.max_file_bytes)
         return paged(path.name, [_normalise(p) for p in pages])
     text = _normalise(decode_text(data, name=path.name))
     if not text.strip():
@@ -239,14 +239,14 @@ def _normalise(text: str) -> str:
 
 def _pdf_document(data: bytes, name: str, *, config: Config, progress: Progress | None) -> Document:
     """A PDF's pages: the text layer where there is one (tables written as Markdown tables), OCR where there is none."""
-    page_texts = _pdf_text(data, name, max_pages=config.max_pdf_pages, max_seconds=config.max_pdf_seconds)
+    page_texts = _pdf_text(data, name, max_pages=config.limits.max_pdf_pages, max_seconds=config.limits.max_pdf_seconds)
     blank = [n for n, t in enumerate(page_texts, start=1) if not t.strip()]
-    if len(blank) > config.max_ocr_pages:  # said before OCR starts: a scan this long would take too long
-        raise DocumentError("scan.too_many_pages", name=name, count=len(blank), limit=config.max_ocr_pages)
+    if len(blank) > config.limits.max_ocr_pages:  # said before OCR starts: a scan this long would take too long
+        raise DocumentError("scan.too_many_pages", name=name, count=len(blank), limit=config.limits.max_ocr_pages)
     if len(blank) < len(page_texts):
         from kvqa.documents.tables import pdf_tables
 
-        for n, text in pdf_tables(data, max_seconds=config.max_pdf_seconds).items():
+        for n, text in pdf_tables(data, max_seconds=config.limits.max_pdf_seconds).items():
             page_texts[n - 1] = _normalise(text)
     scans = _ocr_pages(data, name, blank, config=config, progress=progress) if blank else {}
     for n, scan in scans.items():
@@ -265,7 +265,7 @@ def _ocr_pages(data: bytes, name: str, pages: Sequence[int], *, config: Config,
 
     from kvqa.documents.ocr import SCALE, read_image
 
-    limit = config.max_image_megapixels * 1e6
+    limit = config.limits.max_image_megapixels * 1e6
     try:
         pdf = pdfium.PdfDocument(data)  # pypdf read it; pdfium may still refuse it
     except pdfium.PdfiumError as e:
@@ -297,12 +297,13 @@ def _image_document(data: bytes, name: str, *, config: Config, progress: Progres
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data))  # reads the header: the size is known before any pixel is decoded
         megapixels = image.width * image.height / 1e6
-        if megapixels > config.max_image_megapixels:
-            raise DocumentError("image.too_big", name=name, megapixels=megapixels, limit=config.max_image_megapixels)
+        if megapixels > config.limits.max_image_megapixels:
+            raise DocumentError("image.too_big", name=name, megapixels=megapixels,
+                                limit=config.limits.max_image_megapixels)
         image.load()
     except Image.DecompressionBombError:
         raise DocumentError("image.too_big", name=name, megapixels=float("inf"),
-                            limit=config.max_image_megapixels) from None
+                            limit=config.limits.max_image_megapixels) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         raise DocumentError("image.damaged", name=name) from None
     if progress:

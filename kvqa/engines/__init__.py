@@ -2,7 +2,7 @@
 
 - `local`: transformers in this process (kvqa's exact engine).
 - `zerogpu`: the local engine's work inside Hugging Face ZeroGPU's @spaces.GPU functions.
-- `remote`: an OpenAI-compatible serving engine (vLLM, SGLang, llama.cpp) at config.engine_url, with its own
+- `remote`: an OpenAI-compatible serving engine (vLLM, SGLang, llama.cpp) at config.remote.engine_url, with its own
   prefix cache.
 """
 
@@ -26,13 +26,14 @@ def _zerogpu(environ: Mapping[str, str]) -> bool:
 
 
 def make_engine(config: Config, environ: Mapping[str, str] | None = None, *, lm=None, store=None) -> Engine:
-    """The engine for these settings on this machine: the server at config.engine_url when set, else ZeroGPU where
+    """The engine for these settings on this machine: the server at config.remote.engine_url when set, else ZeroGPU
+    where
     it is active, else local. The model loads on first use (or call engine.load()). `lm` hands the local engine an
     already loaded model; `store` (a kvqa.cache.store.KVStore) gives the local and ZeroGPU engines a disk tier of
     prefilled
     caches."""
     environ = os.environ if environ is None else environ
-    if config.engine_url:
+    if config.remote.engine_url:
         from .remote import RemoteEngine
 
         return RemoteEngine(config)
@@ -70,12 +71,12 @@ def remote_status(config: Config) -> list[tuple[str, str, str | None]]:
     try:
         info = engine.load()
     except KvqaError as e:
-        return [*lines, ("server model", config.engine_model or "(the first it lists)", str(e))]
+        return [*lines, ("server model", config.remote.engine_model or "(the first it lists)", str(e))]
     finally:
         engine.close()
     context = f"{info.context_tokens:,} tokens" if info.context_tokens else "not reported"
     return [*lines, ("server model", info.model, None), ("context", context, None),
-            ("API key", "set" if config.engine_api_key else "not set", None),
+            ("API key", "set" if config.remote.engine_api_key else "not set", None),
             ("prefix cache", "the server's own; each answer shows the prompt tokens it took from it, where the server "
              "reports them", None),
             ("promise", info.guarantee, None)]

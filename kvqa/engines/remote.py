@@ -63,11 +63,11 @@ class RemoteEngine:
     def __init__(self, config: Config, *, transport: httpx.BaseTransport | None = None):
         self.config = config
         self.options = config.decoding
-        self.url = config.engine_url.rstrip("/")
+        self.url = config.remote.engine_url.rstrip("/")
         self.where = urlsplit(self.url).netloc or self.url
-        headers = {"Authorization": f"Bearer {config.engine_api_key}"} if config.engine_api_key else {}
+        headers = {"Authorization": f"Bearer {config.remote.engine_api_key}"} if config.remote.engine_api_key else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
-                                  timeout=httpx.Timeout(config.engine_timeout_s, connect=CONNECT_TIMEOUT_S))
+                                  timeout=httpx.Timeout(config.remote.engine_timeout_s, connect=CONNECT_TIMEOUT_S))
         self._info: EngineInfo | None = None
 
     # ---- the engine seam
@@ -90,7 +90,7 @@ class RemoteEngine:
             names = [m["id"] for m in listed]
         except (ValueError, KeyError, TypeError):
             raise EngineRefused("engine.not_openai_models", url=self.url) from None
-        model = self.config.engine_model or (names[0] if names else "")
+        model = self.config.remote.engine_model or (names[0] if names else "")
         if not model or model not in names:
             served = ", ".join(names) or "none"
             raise EngineRefused("engine.model_not_served", where=self.where, model=model, served=served)
@@ -130,8 +130,8 @@ class RemoteEngine:
             progress(1.0)
         return PrefilledDocument(
             document=document, prompt=None, ids=(), cache=prefix, cache_bytes=0, prefill_s=prefill_s,
-            model_name=model, max_question_tokens=self.config.max_question_tokens,
-            max_new_tokens=self.config.max_new_tokens)
+            model_name=model, max_question_tokens=self.config.limits.max_question_tokens,
+            max_new_tokens=self.config.limits.max_new_tokens)
 
     def stream(self, doc: PrefilledDocument, question: Question, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
@@ -148,7 +148,7 @@ class RemoteEngine:
         """The same request, asking the server not to use its prefix cache (llama.cpp: cache_prompt false; vLLM: a
         fresh cache_salt). A server that ignores both says so in the answer's cached_tokens."""
         return AnswerStream(self._answer(system_text(document.text), question, self._turn(question),
-                                         max_new_tokens=question.max_new_tokens or self.config.max_new_tokens,
+                                         max_new_tokens=question.max_new_tokens or self.config.limits.max_new_tokens,
                                          should_stop=should_stop, used_cache=False))
 
     def count_tokens(self, text: str) -> int:
@@ -179,7 +179,7 @@ class RemoteEngine:
     # ---- one answer
 
     def _turn(self, question: Question) -> str:
-        """The user turn: the question with its best passages quoted (Config.quote_passages, quote_chars)."""
+        """The user turn: the question with its best passages quoted (Config.decoding: quote_passages, quote_chars)."""
         options = self.options
         return question_turn(_checked(question.text),
                              question.quotes(options.quote_passages, chars=options.quote_chars))
@@ -193,9 +193,9 @@ class RemoteEngine:
                              *({"role": role, "content": text} for earlier in question.history
                                for role, text in zip(("user", "assistant"), earlier)),
                              {"role": "user", "content": turn}],
-                "max_tokens": max_new_tokens, "temperature": self.config.temperature}
-        if self.config.seed is not None:
-            body["seed"] = self.config.seed
+                "max_tokens": max_new_tokens, "temperature": self.config.decoding.temperature}
+        if self.config.decoding.seed is not None:
+            body["seed"] = self.config.decoding.seed
         if not used_cache:
             body.update(cache_prompt=False, cache_salt=uuid.uuid4().hex)
         text: list[str] = []
@@ -249,7 +249,7 @@ class RemoteEngine:
         except httpx.ConnectError:
             raise EngineUnreachable("engine.unreachable", url=self.url, doing=Message(doing)) from None
         except httpx.TimeoutException:
-            raise EngineTimeout("engine.timeout", where=self.where, seconds=self.config.engine_timeout_s,
+            raise EngineTimeout("engine.timeout", where=self.where, seconds=self.config.remote.engine_timeout_s,
                                 doing=Message(doing)) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
             if doing == "doing.answering":
@@ -267,7 +267,7 @@ class RemoteEngine:
             raise EngineRefused("engine.bad_key", where=self.where, status=status, detail=message)
         if status == 404:
             if "model" in message.lower():
-                raise EngineRefused("engine.no_model", where=self.where, model=self.config.engine_model,
+                raise EngineRefused("engine.no_model", where=self.where, model=self.config.remote.engine_model,
                                     detail=message, url=self.url)
             raise EngineRefused("engine.no_api", url=self.url, doing=Message(doing))
         if status in (429, 503):

@@ -96,7 +96,7 @@ def answer_seconds(source: PrefilledDocument | StoredDocument, question: Questio
 
 
 def baseline_seconds(document: Document, question: Question, config: Config, *args) -> int:
-    return prefill_seconds(document, config) + 15 + config.max_new_tokens // 20
+    return prefill_seconds(document, config) + 15 + config.limits.max_new_tokens // 20
 
 
 def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[Prompt, list[int]],
@@ -185,7 +185,7 @@ class ZeroGPUEngine:
         lm = self.local.lm
         prefix = prefix_of(lm, document, config=self.config)  # once, here: a bad document never reaches the GPU
         if admit is not None:  # the GPU's cache has the model's dtype there; bf16 on ZeroGPU's H200
-            admit(cache_bytes(lm.config, _gpu_dtype(self.config), len(prefix[1]), self.config.reserve_tokens))
+            admit(cache_bytes(lm.config, _gpu_dtype(self.config), len(prefix[1]), self.config.limits.reserve_tokens))
         restored = self._restore(document, prefix)
         if restored is not None:
             return restored
@@ -290,7 +290,7 @@ class ZeroGPUEngine:
     def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         prompt = prompt or prompt_for(self.local.lm.tokenizer)
-        prompt.question_ids(question.text, limit=self.config.max_question_tokens, history=question.history)
+        prompt.question_ids(question.text, limit=self.config.limits.max_question_tokens, history=question.history)
 
         def pieces() -> Iterator[str | Answer]:
             answer = self._answer_without_cache_on_gpu(document, question, self.config, prompt)

@@ -71,10 +71,10 @@ def prefix_of(lm: LoadedModel, document: Document, *, config: Config) -> tuple[P
     """The document's prompt and prefix ids, tokenized once; raises DocumentTooLong when they cannot fit."""
     if len(document.text) > MAX_CHARS_PER_TOKEN * lm.context_length:  # refuse before spending time tokenizing
         raise DocumentTooLong("too_long.characters", chars=len(document.text), context=lm.context_length,
-                              approx=4 * lm.context_length, limit=lm.context_length - config.reserve_tokens)
+                              approx=4 * lm.context_length, limit=lm.context_length - config.limits.reserve_tokens)
     prompt = prompt_for(lm.tokenizer)
     ids = prompt.prefix_ids(document.text)
-    check_fits(lm, len(ids), config.reserve_tokens)
+    check_fits(lm, len(ids), config.limits.reserve_tokens)
     return prompt, ids
 
 
@@ -84,7 +84,7 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
     """prefill() as a generator: yields the fraction read after each chunk, returns the PrefilledDocument.
     `prefix`: prefix_of()'s result when the caller has it already (ZeroGPU tokenizes on the CPU side)."""
     prompt, ids = prefix or prefix_of(lm, document, config=config)
-    reserve = config.reserve_tokens
+    reserve = config.limits.reserve_tokens
     nbytes = cache_bytes(lm.config, lm.kv_dtype, len(ids), reserve)
     if admit is not None:
         admit(nbytes)
@@ -98,8 +98,8 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
     assert cache.length == len(ids) and cache.nbytes == nbytes
     return PrefilledDocument(
         document=document, prompt=prompt, ids=tuple(ids), cache=cache, cache_bytes=cache.nbytes,
-        prefill_s=prefill_s, model_name=lm.name, max_question_tokens=config.max_question_tokens,
-        max_new_tokens=config.max_new_tokens,
+        prefill_s=prefill_s, model_name=lm.name, max_question_tokens=config.limits.max_question_tokens,
+        max_new_tokens=config.limits.max_new_tokens,
     )
 
 
@@ -177,19 +177,20 @@ def stream_without_cache(lm: LoadedModel, document: Document, question: Question
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
     one forward. same_schedule=True recomputes it the way the cached path does instead (the document in
     config.chunk_size chunks, then the question): bit-identical to a cached answer in every precision."""
-    max_new_tokens = config.max_new_tokens if question.max_new_tokens is None else question.max_new_tokens
+    max_new_tokens = config.limits.max_new_tokens if question.max_new_tokens is None else question.max_new_tokens
     prompt = prompt or prompt_for(lm.tokenizer)
     with out_of_memory_as_error("doing.answering"):
         quotes, order, ranked_s = quoted(lm, question, options)
     prefix = prompt.prefix_ids(document.text)
-    ids = prefix + prompt.question_ids(question.text, limit=config.max_question_tokens, history=question.history,
+    ids = prefix + prompt.question_ids(question.text, limit=config.limits.max_question_tokens, history=question.history,
                                        quotes=quotes)
     check_fits(lm, len(ids), max_new_tokens)
     chunks = [ids]
     if same_schedule:
         chunks = [prefix[i: i + config.chunk_size] for i in range(0, len(prefix), config.chunk_size)]
         chunks.append(ids[len(prefix):])
-    capacity = len(prefix) + config.reserve_tokens  # as a prefilled cache's: a compiled step sees the same shapes
+    # as a prefilled cache's: a compiled step sees the same shapes
+    capacity = len(prefix) + config.limits.reserve_tokens
     asked = Asked(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
                   used_cache=False, context=tuple(ids),
                   stop_ids=stops_for(lm, prompt), should_stop=should_stop, order=tuple(order) if order else None)

@@ -123,9 +123,9 @@ def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[st
 
 def reading_model(config, text: str) -> tuple[str, Message] | None:
     """The one rule the app, its API and the CLI follow: the model (and why) that reads a document with these
-    settings (a kvqa.config.Config), when it is not config.model. A serving engine (config.engine_url) serves the
+    settings (a kvqa.config.Config), when it is not config.model. A serving engine (config.remote.engine_url) serves the
     model it loaded, so nothing is switched there; else reader_for() decides. None: keep config.model."""
-    if config.engine_url:
+    if config.remote.engine_url:
         return None
     return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir)
 

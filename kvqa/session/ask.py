@@ -101,7 +101,7 @@ def _with_sources(events: AnswerStream, ranking: Ranking, document: Document) ->
 def _engine(lm: LoadedModel, config: Config, settings: dict, *, same_schedule: bool = False) -> LocalEngine:
     """A local engine on lm: plain decoding (kvqa.config.PLAIN) unless `settings` (Decoding's fields) say more."""
     plain = {f.name: getattr(PLAIN, f.name) for f in fields(PLAIN)}
-    return LocalEngine(replace(config, **plain | settings), lm=lm, same_schedule=same_schedule)
+    return LocalEngine(config.replaced(**plain | settings), lm=lm, same_schedule=same_schedule)
 
 
 def stream(lm: LoadedModel, doc: PrefilledDocument, question: str, *, history: Sequence[tuple[str, str]] = (),

@@ -13,7 +13,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget, budget_for
 from kvqa.cache.shared import SharedCaches
@@ -68,7 +68,8 @@ class Service:
         self._budget = budget
         self._budget_lock = threading.Lock()
         self.uploads = Uploads()  # what each client uploaded: the only files its requests may read
-        self.clients = ClientSessions(config.sessions_per_client)  # to bound how many documents one client opens
+        # to bound how many documents one client opens
+        self.clients = ClientSessions(config.serving.sessions_per_client)
         self.shared = SharedCaches()  # sessions that load the same document share its cache
         self.read_costs = ReadCosts()  # model -> its latest read's cost here, for the next estimate
         self._notes: weakref.WeakKeyDictionary[Session, Notes] = weakref.WeakKeyDictionary()
@@ -99,7 +100,7 @@ class Service:
         if model not in self.models:
             raise KvqaError("model.not_offered", model=model, models=", ".join(self.models))
         if model not in self._engines:
-            config = replace(self.config, model=model, model_reason=Message("reason.app"))
+            config = self.config.replaced(model=model, model_reason=Message("reason.app"))
             self._engines[model] = make_engine(config, store=store_for(config))
         return self._engines[model]
 
@@ -130,8 +131,8 @@ class Service:
         paths = [self.uploads.file(f, owner) for f in files]
         documents, problems = load_documents(paths, config=self.config, progress=said)
         if text and text.strip():
-            if len(text) > self.config.max_file_bytes:
-                raise KvqaError("paste.too_long", chars=len(text), limit=self.config.max_file_bytes)
+            if len(text) > self.config.limits.max_file_bytes:
+                raise KvqaError("paste.too_long", chars=len(text), limit=self.config.limits.max_file_bytes)
             documents.append(document_from_text(text))
         document = combine(documents, problems=problems)  # raises when nothing could be read
         return document, [Message("file.skipped", problem=problem) for problem in problems] + list(document.notes)
@@ -219,7 +220,7 @@ class Service:
         """The progress line while a document is read, with the estimate in it: its size (pages, characters,
         tokens) and, once this model has read a document here, the read time its cost predicts (else None)."""
         tokens = engine.count_tokens(document.text)
-        room = engine.info.context_tokens - self.config.reserve_tokens
+        room = engine.info.context_tokens - self.config.limits.reserve_tokens
         pages = say("status.pages", lang, pages=document.pages) if document.pages else ""
         parts = (say("progress.parts", lang, parts=planned_parts(document, engine.count_tokens, room))
                  if tokens > room else "")  # read in parts, the first one now

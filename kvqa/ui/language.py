@@ -18,8 +18,9 @@ class PageTexts:
     """The page's fixed texts by language, and which component shows which (filled while the page is laid out)."""
 
     def __init__(self, config: Config):
-        limits = dict(file_mb=config.max_file_mb, reserve=config.reserve_tokens, pages=config.max_pdf_pages,
-                      question=config.max_question_tokens, answer=config.max_new_tokens)
+        said = config.limits
+        limits = dict(file_mb=said.max_file_mb, reserve=said.reserve_tokens, pages=said.max_pdf_pages,
+                      question=said.max_question_tokens, answer=said.max_new_tokens)
         self.by_language = {lang: {key: say(key, lang, **(limits if key == "ui.limits" else {}))
                                    for key in CATALOG if key.startswith("ui.")} for lang in LANGUAGES}
         for texts in self.by_language.values():

@@ -39,7 +39,7 @@ class StatusView:
             rate += say("status.estimated", lang, seconds=estimate)
         reason = self.service.reason(session)
         config, budget = self.service.config, self.service.budget
-        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=config.reserve_tokens)
+        cache = (say("status.cache_size", lang, mb=doc.cache_bytes / 2**20, reserve=config.limits.reserve_tokens)
                  if doc.cache_bytes else say("status.cache_remote", lang))
         memory = say("status.memory", lang, used=budget.used_bytes / 2**20, limit=budget.limit_bytes / 2**20)
         parts = f"- {self.parts_line(session, lang)}\n" if len(session.parts) > 1 else ""
