@@ -41,12 +41,13 @@ def document_dict(document: Document) -> dict:
 
 
 def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
-                unsupported: Sequence[str], part: dict, also: dict | None = None) -> dict:
+                unsupported: Sequence[str], part: dict, also: dict | None = None, unquoted: Sequence[str] = ()) -> dict:
     """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
     t = timings
     return {"question": question, "answer": text, "question_tokens": t.question_tokens, "new_tokens": t.new_tokens,
             "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
-            "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported), "part": part,
+            "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported),
+            "unquoted": list(unquoted), "part": part,
             "also": also,
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
 
@@ -75,7 +76,7 @@ def session_dict(session) -> dict:
         "cache_source": session.origin,
         "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
-                                unsupported=t.unsupported, part=part_dict(t.part, source),
+                                unsupported=t.unsupported, unquoted=t.unquoted, part=part_dict(t.part, source),
                                 also=part_dict(t.also, source) if t.also else None)
                     for t in session.turns],
     }
@@ -101,6 +102,8 @@ def answer_notes(answer) -> str:
     lines = [f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else ""]
     if answer.unsupported:
         lines.append(f"   {Message('answer.unsupported', items=', '.join(answer.unsupported))}")
+    if answer.unquoted:
+        lines.append(f"   {Message('answer.unquoted', items=', '.join(answer.unquoted))}")
     for n, source in enumerate(answer.sources, start=1):
         where = f"page {source.page}, " if source.page else ""
         text = " ".join(source.text.split())
@@ -141,6 +144,8 @@ def to_markdown(conversation: dict) -> str:
                           "length": "stopped at the token limit"}[a["stop_reason"]])
         if a.get("unsupported"):
             flags.append("not found in the document: " + ", ".join(a["unsupported"]))
+        if a.get("unquoted"):
+            flags.append("not in the passage quoted to the model: " + ", ".join(a["unquoted"]))
         part = a.get("part")
         if len(parts) > 1 and part:
             flags.append(f"from {part['unit']} {part['first']:,}-{part['last']:,}")

@@ -53,6 +53,7 @@ class Answer:
     used_cache: bool
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.evidence.support)
+    unquoted: tuple[str, ...] = ()  # numbers in the answer the document has but not the passage its turn quoted
     order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.generation.rerank), best
                                           # first; None:
     #                                       BM25's order. The answer's sources follow it

@@ -69,6 +69,7 @@ class Reply:
     drafted_per_step: float = 0.0
     ttft_s: float = 0.0
     unsupported: tuple[str, ...] | None = None  # the answer's figures and names the document lacks
+    unquoted: tuple[str, ...] | None = None  # its figures the document has but not the passage quoted to the model
     question_tokens: int = 0  # the question's turn, its quote included: what its first token waits for
 
 
@@ -84,6 +85,7 @@ def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, ques
         answer_s=answer.timings.answer_s, new_tokens=answer.timings.new_tokens,
         decode_tokens_per_s=answer.timings.decode_tokens_per_s, drafted_per_step=answer.timings.drafted_per_step,
         ttft_s=answer.timings.ttft_s, unsupported=getattr(answer, "unsupported", None),
+        unquoted=getattr(answer, "unquoted", None),
         question_tokens=answer.timings.question_tokens,
         sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page")) for s in sources],
     )
@@ -268,6 +270,7 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
         "question_tokens": reply.question_tokens, "token_ids": list(reply.token_ids),
         "unsupported": None if reply.unsupported is None else list(reply.unsupported),
+        "unquoted": None if reply.unquoted is None else list(reply.unquoted),
     }
 
 
@@ -301,8 +304,10 @@ def _marked(rows: list[dict[str, Any]]) -> dict[str, Any]:
     marked = [r for r in rows if r["unsupported"]]
     if not any(r["unsupported"] is not None for r in rows):
         return {"marked": None, "marked_wrong": None}
+    unquoted = [r for r in rows if r.get("unquoted")]
     return {"marked": len(marked), "marked_wrong": sum(not r["gold_in_answer"] for r in marked),
-            "unmarked_right": sum(r["gold_in_answer"] for r in rows if not r["unsupported"])}
+            "unmarked_right": sum(r["gold_in_answer"] for r in rows if not r["unsupported"]),
+            "unquoted": len(unquoted), "unquoted_wrong": sum(not r["gold_in_answer"] for r in unquoted)}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import kvqa
 import kvqa.generation.decode as decode
 from kvqa.documents.reading import combine, document_from_text
 from kvqa.evidence.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
-from kvqa.evidence.support import unsupported
+from kvqa.evidence.support import unquoted, unsupported
 from kvqa.prompt import question_turn
 from kvqa.results import Question
 from kvqa.session.ask import ask, ask_without_cache
@@ -213,6 +213,37 @@ def test_answers_carry_what_the_document_lacks(tiny_lm, monkeypatch):
     assert answer.text == "Built in 1802." and answer.unsupported == ("1802",)
 
 
+COMPLETED = "The new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791."
+
+
+@pytest.mark.parametrize("answer, flagged", [
+    ("It was completed in 1791.", ()),  # the quoted passage's own year
+    ("It was completed in 1302.", ("1302",)),  # the market's year: in the document, not in the passage quoted
+    ("It was completed in 1802.", ()),  # in no passage of the document: unsupported's to say, not this
+    ("It took 7 years, from 1214 to 1791.", ("1214",)),
+    ("1. It was completed in 1791.", ()),  # a list's number is no figure
+    ("建于1302年。", ("1302",)),
+])
+def test_a_number_the_document_has_but_not_the_quoted_passage_is_flagged(answer, flagged):
+    assert unquoted(answer, [COMPLETED], HISTORY, "When was the bridge completed?") == flagged
+    assert unquoted(answer, [], HISTORY) == ()  # nothing quoted: nothing to check against
+    assert unquoted("In 1302?", [COMPLETED], HISTORY, "Was it 1302?") == ()  # the question's own number
+
+
+@pytest.mark.parametrize("said, flagged", [("Completed in 1791.", ()), ("Completed in 1302.", ("1302",))])
+def test_an_answers_figures_are_checked_against_the_passage_its_turn_quoted(said, flagged, tiny_lm, monkeypatch):
+    """Through kvqa.ask on a model: the quoted passage is the one the question's turn held (BM25's best here); a
+    figure from it is kept, one from another passage of the document is flagged, in the Answer and in the export."""
+    ids = tiny_lm.tokenizer(said, add_special_tokens=False)["input_ids"]
+    script = itertools.chain(ids, itertools.repeat(next(iter(tiny_lm.eos_ids))))
+    monkeypatch.setattr(decode, "choose", lambda logits, temperature, generator: next(script))
+    doc = kvqa.prefill(tiny_lm, document_from_text(HISTORY), config=kvqa.Config.of(max_new_tokens=16))
+    answer = kvqa.answer(tiny_lm, doc, "When was the Seven Arches Bridge completed?", draft_tokens=0,
+                         quote_passages=1, quote_chars=0)
+    assert answer.text == said and answer.unquoted == flagged and answer.unsupported == ()
+    assert "1791" in answer.sources[0].text  # the passage quoted is the first source shown
+
+
 # --- shown under the answer ---
 
 @pytest.mark.parametrize("lang, heading, warning", [("en", "From the document, page 3:", "Not found in the document"),
@@ -229,3 +260,6 @@ def test_the_first_source_is_shown_with_its_sentence_marked_and_the_rest_folded(
     assert folded.count("<li>") == len(sources)
     assert sources_block((), lang) == ""
     assert "<mark>" not in sources_block((), lang, ())
+    flagged = sources_block(sources, lang, (), ("1302",))
+    said = "Not in the passage quoted to the model" if lang == "en" else "引用给模型的段落中没有"
+    assert "1302" in flagged and said in flagged

@@ -1,4 +1,5 @@
-"""What an answer says that the document does not: its numbers and names missing from the document's text.
+"""What an answer says that the document does not: its numbers and names missing from the document's text; and its
+numbers that the document has but not in the passage its turn quoted (unquoted).
 
 A check on the surface, not on meaning: a number counts as found when the document has the same digits (thousands
 separators and full-width digits aside) not inside a longer number; a name (a capitalised word that does not start a
@@ -29,15 +30,22 @@ def _has_number(document: str, number: str) -> bool:
     return re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)", document) is not None
 
 
+def _numbers(plain_answer: str) -> list[tuple[int, str]]:
+    """The figures an answer states, with where each starts: its numbers, less the ones that number a list."""
+    found = []
+    for m in _NUMBER.finditer(plain_answer):
+        if _LIST_MARKER.match(plain_answer, m.start()) and _SENTENCE_START.search(plain_answer[:m.start()]):
+            continue  # "2. " numbering a list, not a figure
+        found.append((m.start(), m.group().rstrip(".,:")))
+    return found
+
+
 def unsupported(answer: str, document: str, question: str = "") -> tuple[str, ...]:
     """The numbers and names in `answer` that neither `document` nor `question` contains, in order, each once."""
     plain_doc, plain_answer, plain_question = _plain(document), _plain(answer), _plain(question)
     lower_doc = plain_doc.lower() + "\n" + plain_question.lower()
     missing: list[str] = []
-    for m in _NUMBER.finditer(plain_answer):
-        number = m.group().rstrip(".,:")
-        if _LIST_MARKER.match(plain_answer, m.start()) and _SENTENCE_START.search(plain_answer[:m.start()]):
-            continue  # "2. " numbering a list, not a figure
+    for _, number in _numbers(plain_answer):
         if not _has_number(plain_doc, number) and not _has_number(plain_question, number):
             missing.append(number)
     for m in _NAME.finditer(plain_answer):
@@ -51,3 +59,17 @@ def unsupported(answer: str, document: str, question: str = "") -> tuple[str, ..
     names = [m for m in missing if not _NUMBER.fullmatch(m)]
     missing = [m for m in missing if m in names or not any(m in name for name in names)]  # "63" of "HCoV-NL63"
     return tuple(dict.fromkeys(missing))
+
+
+def unquoted(answer: str, quoted: list[str], document: str, question: str = "") -> tuple[str, ...]:
+    """The numbers in `answer` that the document holds but none of the passages `quoted` in the question's turn (nor
+    the question) does, in order, each once: a figure copied from elsewhere, or a passage's figure changed into one
+    the document has for something else. Empty when nothing was quoted. A number the document lacks is unsupported's."""
+    if not quoted:
+        return ()
+    plain_answer, plain_doc, plain_question = _plain(answer), _plain(document), _plain(question)
+    passages = [_plain(text) for text in quoted]
+    return tuple(dict.fromkeys(
+        number for _, number in _numbers(plain_answer)
+        if _has_number(plain_doc, number) and not _has_number(plain_question, number)
+        and not any(_has_number(passage, number) for passage in passages)))

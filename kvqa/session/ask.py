@@ -23,7 +23,7 @@ from kvqa.documents.reading import Document
 from kvqa.engines import Engine, LocalEngine
 from kvqa.evidence.routing import route
 from kvqa.evidence.sources import Ranking, rank
-from kvqa.evidence.support import unsupported
+from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt
 from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question, close_events
@@ -62,7 +62,8 @@ def ask(engine: Engine, doc: PrefilledDocument, question: str, *, history: Seque
     read = doc.document
     ranking = (evidence or Evidence.of(read, question)).within(read)
     asked = _question(engine, ranking, question, history, max_new_tokens)
-    return AnswerStream(_with_sources(engine.stream(doc, asked, should_stop=should_stop), ranking, read))
+    return AnswerStream(_with_sources(engine.stream(doc, asked, should_stop=should_stop), ranking, read,
+                                      _quoted(engine, asked)))
 
 
 def ask_without_cache(engine: Engine, document: Document, question: str, *, history: Sequence[tuple[str, str]] = (),
@@ -73,16 +74,23 @@ def ask_without_cache(engine: Engine, document: Document, question: str, *, hist
     ranking = (evidence or Evidence.of(document, question)).within(document)
     asked = _question(engine, ranking, question, history, max_new_tokens)
     pieces = engine.stream_without_cache(document, asked, prompt=prompt, should_stop=should_stop)
-    return AnswerStream(_with_sources(pieces, ranking, document))
+    return AnswerStream(_with_sources(pieces, ranking, document, _quoted(engine, asked)))
 
 
 def _question(engine: Engine, ranking: Ranking, question: str, history, max_new_tokens) -> Question:
     return Question(question, tuple(history), tuple(ranking.candidates(engine.options.passages)), max_new_tokens)
 
 
-def _with_sources(events: AnswerStream, ranking: Ranking, document: Document) -> Iterator[str | Answer]:
-    """The answer's events, its Answer given the passages it relies on (in the model's order when it reranked them)
-    and what it names that the document lacks."""
+def _quoted(engine: Engine, asked: Question) -> Callable[[Sequence[int] | None], list[str]]:
+    """What the question's turn quoted, given the model's order of the passages (None: BM25's), as the engine quotes."""
+    options = engine.options
+    return lambda order: asked.quotes(options.quote_passages, order, chars=options.quote_chars)
+
+
+def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
+                  quoted: Callable[[Sequence[int] | None], list[str]]) -> Iterator[str | Answer]:
+    """The answer's events, its Answer given the passages it relies on (in the model's order when it reranked them),
+    what it names that the document lacks, and the figures it took from outside the passage its turn quoted."""
     try:
         for event in events.events():
             if isinstance(event, Answer):
@@ -90,6 +98,7 @@ def _with_sources(events: AnswerStream, ranking: Ranking, document: Document) ->
                 found = ranking.sources(event.text, pages=document.pages is not None, order=event.order)
                 event = replace(event, sources=tuple(found),
                                 unsupported=unsupported(event.text, document.text, ranking.question),
+                                unquoted=unquoted(event.text, quoted(event.order), document.text, ranking.question),
                                 timings=replace(event.timings, sources_s=time.perf_counter() - started))
             yield event
     finally:

@@ -99,6 +99,7 @@ class Turn:
     stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
+    unquoted: tuple[str, ...] = ()  # numbers in the answer that the document has but not the passage quoted to it
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
     part: Part | None = None  # the part of a long document the answer came from (None: the document is one part)
     also: Part | None = None  # another part that matched the question too (kvqa.documents.parts.runner_up), if any
@@ -221,7 +222,8 @@ class Session:
             yield from pieces
             result = pieces.answer
         self.turns.append(Turn(question, result.text, result.timings, stop_reason=result.stop_reason,
-                               sources=result.sources, unsupported=result.unsupported, part=self.document.part))
+                               sources=result.sources, unsupported=result.unsupported, unquoted=result.unquoted,
+                               part=self.document.part))
         return result
 
     def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
@@ -252,7 +254,7 @@ class Session:
             measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
         self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
                                stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
-                               unsupported=result.unsupported, part=self.document.part,
+                               unsupported=result.unsupported, unquoted=result.unquoted, part=self.document.part,
                                also=self._also))
         return result
 

@@ -465,4 +465,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     "origin.kept": ("still in memory: {seconds:.2f} s", "仍在内存中：{seconds:.2f} 秒"),
     "answer.unsupported": ("Not found in the document: {items}. Check these against the source.",
                            "文档中找不到：{items}。请对照原文核实。"),
+    "answer.unquoted": ("Not in the passage quoted to the model: {items} (the document has them elsewhere). Check "
+                        "these against the source.", "引用给模型的段落中没有：{items}（文档别处有）。请对照原文核实。"),
 }

@@ -39,13 +39,17 @@ def server_cache_note(t, lang: str = "en") -> str:
     return say("answer.server_cache", lang, cached=t.cached_tokens, prompt=t.prompt_tokens)
 
 
-def sources_block(sources, lang: str = "en", unsupported=()) -> str:
-    """Under an answer: what it names that the document lacks, its first source shown ("From the document, page
+def sources_block(sources, lang: str = "en", unsupported=(), unquoted=()) -> str:
+    """Under an answer: what it names that the document lacks, the figures it took from outside the passage quoted to
+    the model, its first source shown ("From the document, page
     12: ...", the best-matching sentence marked), every source folded below, each with its page where there is one."""
     block = ""
     if unsupported:
         items = html.escape(", ".join(unsupported))
         block += f"\n\n<p class='unsupported'>⚠ {say('answer.unsupported', lang, items=items)}</p>"
+    if unquoted:
+        items = html.escape(", ".join(unquoted))
+        block += f"\n\n<p class='unsupported unquoted'>⚠ {say('answer.unquoted', lang, items=items)}</p>"
     if not sources:
         return block
     first = sources[0]
@@ -79,7 +83,7 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant",
                          "content": (turn.answer or "…") + part_line(turn.part, lang)
-                         + sources_block(turn.sources, lang, turn.unsupported)
+                         + sources_block(turn.sources, lang, turn.unsupported, turn.unquoted)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages
 
