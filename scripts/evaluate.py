@@ -64,7 +64,8 @@ class Reply:
     stop_reason: str
     answer_s: float
     new_tokens: int
-    sources: list[tuple[str, int | None]] | None  # (text, page) of each source; None when the API gives none
+    sources: list[tuple[str, int | None, str]] | None  # (text, page, the answer's words found in it) of each source;
+    #                                                      None when the API gives none
     decode_tokens_per_s: float = 0.0
     drafted_per_step: float = 0.0
     ttft_s: float = 0.0
@@ -87,7 +88,8 @@ def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, ques
         ttft_s=answer.timings.ttft_s, unsupported=getattr(answer, "unsupported", None),
         unquoted=getattr(answer, "unquoted", None),
         question_tokens=answer.timings.question_tokens,
-        sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page")) for s in sources],
+        sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page"), _field(s, "answered") or "")
+                                              for s in sources],
     )
 
 
@@ -267,6 +269,8 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "source_page": first[1] if first else None,
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
+        "answer_marked": first is not None and bool(first[2:] and first[2]),  # its words found in the first source
+        "marked_holds_gold": first is not None and bool(first[2:] and first[2]) and gold_in(first[2], question.facts),
         "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
         "question_tokens": reply.question_tokens, "token_ids": list(reply.token_ids),
         "unsupported": None if reply.unsupported is None else list(reply.unsupported),
@@ -292,6 +296,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "gold_in_answer": sum(r["gold_in_answer"] for r in rows) / n,
         "f1": statistics.fmean(r["f1"] for r in rows),
         "gold_in_source": sum(r["gold_in_source"] for r in rows) / n,
+        "answer_marked": sum(r.get("answer_marked", False) for r in rows) / n,
+        "marked_holds_gold": sum(r.get("marked_holds_gold", False) for r in rows) / n,
         "answer_in_question_lang": sum(r["answer_lang"] == r["lang"] for r in rows) / n,
         "median_ttft_s": statistics.median(r["ttft_s"] for r in rows),
         "median_question_tokens": statistics.median(r.get("question_tokens", 0) for r in rows),

@@ -11,7 +11,16 @@ import pytest
 import kvqa
 import kvqa.generation.decode as decode
 from kvqa.documents.reading import combine, document_from_text
-from kvqa.evidence.sources import CJK_WEIGHT, evidence, excerpt, find_sources, passages, quotes
+from kvqa.evidence.sources import (
+    CJK_WEIGHT,
+    answer_span,
+    evidence,
+    excerpt,
+    find_sources,
+    passages,
+    quotes,
+    source_dict,
+)
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.prompt import question_turn
 from kvqa.results import Question
@@ -244,6 +253,27 @@ def test_an_answers_figures_are_checked_against_the_passage_its_turn_quoted(said
     assert "1791" in answer.sources[0].text  # the passage quoted is the first source shown
 
 
+@pytest.mark.parametrize("answer, found", [
+    ("The document states that the bridge was designed by Hester Pryce.", "Hester Pryce"),  # its words, not the frame
+    ("It was completed in 1791.", "completed in 1791"),
+    ("The Seven Arches Bridge.", None),  # only the question's words: nothing of its own to point at
+    ("It was designed by Josiah Farrar.", None),  # its own words are not in the passage
+    ("大桥由Hester Pryce设计。", "Hester Pryce"),
+])
+def test_the_answers_own_words_are_found_in_its_source(answer, found):
+    span = answer_span(HISTORY, 0, len(HISTORY), answer, "Who designed the Seven Arches Bridge?")
+    assert (HISTORY[span[0]:span[1]] if span else None) == found
+
+
+def test_a_chinese_answers_characters_are_found_in_its_source():
+    text = "芙蓉洞于1994年正式对外开放，是国家AAAA级景区。"
+    span = answer_span(text, 0, len(text), "芙蓉洞于1994年开放。", "芙蓉洞什么时候开放？")
+    assert text[span[0]:span[1]] == "于1994年"  # the question's characters at its ends left out
+    assert answer_span(text, 0, len(text), "芙蓉洞的开放时间是1993年。", "芙蓉洞什么时候开放？") is None  # 年 alone
+    source = find_sources(text, "芙蓉洞于1994年开放。", "芙蓉洞什么时候开放？")[0]
+    assert source.answered == "于1994年" and source_dict(source)["answer_start"] == span[0]
+
+
 # --- shown under the answer ---
 
 @pytest.mark.parametrize("lang, heading, warning", [("en", "From the document, page 3:", "Not found in the document"),
@@ -255,7 +285,8 @@ def test_the_first_source_is_shown_with_its_sentence_marked_and_the_rest_folded(
     sources = [kvqa.evidence.sources.Source(**{**s.__dict__, "page": 3}) for s in found]
     block = sources_block(sources, lang, ("Farrar",))
     shown, folded = block.split("<details", 1)
-    assert heading in shown and "<mark>It was designed by the engineer Hester Pryce" in shown
+    assert heading in shown and "<mark>It was designed by the " in shown  # the sentence, and the answer's words in it
+    assert "<strong class='kvqa-answer'>engineer Hester Pryce</strong>, one of the few women" in shown
     assert warning in shown and "Farrar" in shown
     assert folded.count("<li>") == len(sources)
     assert sources_block((), lang) == ""

@@ -57,18 +57,27 @@ class Source:
     page: int | None  # the PDF page it lies on, None for text documents
     score: float
     mark: tuple[int, int] = (0, 0)
+    answer: tuple[int, int] | None = None  # where the answer's own words stand in it (answer_span), if they do
 
     @property
     def marked(self) -> str:
         """The best-matching sentence's text ("" when none)."""
         return self.text[self.mark[0] - self.start: self.mark[1] - self.start]
 
+    @property
+    def answered(self) -> str:
+        """The run of the answer found in the passage ("" when none)."""
+        return self.text[self.answer[0] - self.start: self.answer[1] - self.start] if self.answer else ""
+
 
 def source_dict(source: Source) -> dict:
     """A source as JSON: page (PDFs), start and end (character offsets into the document's text), text, and the
-    best-matching sentence's offsets (mark_start, mark_end)."""
+    best-matching sentence's offsets (mark_start, mark_end), and the answer's own words' in it (answer_start,
+    answer_end; None when they are not there)."""
     return {"page": source.page, "start": source.start, "end": source.end, "text": source.text,
-            "mark_start": source.mark[0], "mark_end": source.mark[1]}
+            "mark_start": source.mark[0], "mark_end": source.mark[1],
+            "answer_start": source.answer[0] if source.answer else None,
+            "answer_end": source.answer[1] if source.answer else None}
 
 
 def terms(text: str) -> list[str]:
@@ -238,7 +247,8 @@ class Ranking:
             start, end = _trim(text, *self.spans[i])
             found.append(Source(text=text[start:end], start=start, end=end,
                                 page=page_at(text, start) if pages else None, score=round(float(combined[i]), 3),
-                                mark=_best_sentence(text, start, end, asked_words, said_words)))
+                                mark=_best_sentence(text, start, end, asked_words, said_words),
+                                answer=answer_span(text, start, end, answer, self.question)))
         return found
 
     def scores_for(self, text: str) -> np.ndarray:
@@ -361,6 +371,53 @@ def _best_sentence(text: str, start: int, end: int, asked: set[str], said: set[s
             a, b = _trim(text, a, b)
             best, best_span = shared, (a, b)
     return best_span
+
+
+_CJK_CHARS = _CJK.pattern[1:-1]  # the ranges inside _CJK's brackets
+_UNIT = re.compile(rf"[{_CJK_CHARS}]|[^\W_{_CJK_CHARS}]+")  # a CJK character, or a run of other letters or digits
+
+
+def _units(text: str, offset: int = 0) -> list[tuple[str, int, int]]:
+    """The text's words (a CJK character each), lower-cased, with their offsets."""
+    return [(m.group().lower(), offset + m.start(), offset + m.end()) for m in _UNIT.finditer(text)]
+
+
+def answer_span(text: str, start: int, end: int, answer: str, question: str = "") -> tuple[int, int] | None:
+    """Where in text[start:end] the answer's own words stand: of the runs of the answer's words (CJK: characters)
+    that the passage has in the same order, the one with the most words that are neither stopwords nor the question's
+    (the longest of those first), without such words at its ends; it must hold a number, a word of two letters or
+    more, or two CJK characters of its own. Offsets into text; None when no run qualifies, so a reader sees at a
+    glance whether the passage holds what the answer says."""
+    said, passage = _units(answer), _units(text[start:end], start)
+    asked = {word for word, _, _ in _units(question)}
+    if not said or not passage:
+        return None
+    new = [word not in asked and word not in STOPWORDS for word, _, _ in passage]
+    at: dict[str, list[int]] = {}
+    for j, (word, _, _) in enumerate(passage, start=1):
+        at.setdefault(word, []).append(j)
+    best, best_at = (0, 0), None  # (new words, words) of the best run, and where it ends in the passage
+    previous: dict[int, tuple[int, int]] = {}  # the runs ending at passage words, for the answer's word before
+    for word, _, _ in said:
+        current = {}
+        for j in at.get(word, ()):
+            fresh, length = previous.get(j - 1, (0, 0))
+            current[j] = (fresh + new[j - 1], length + 1)
+            if current[j] > best:
+                best, best_at = current[j], j
+        previous = current
+    if best_at is None or best[0] == 0:
+        return None
+    run = list(range(best_at - best[1], best_at))
+    while not new[run[0]]:
+        run = run[1:]
+    while not new[run[-1]]:
+        run = run[:-1]
+    own = [passage[i][0] for i in run if new[i]]
+    cjk = [w for w in own if len(w) == 1 and not w.isascii()]
+    if not (any(w.isdigit() for w in own) or any(len(w) > 1 for w in own) or len(cjk) >= 2):
+        return None
+    return passage[run[0]][1], passage[run[-1]][2]
 
 
 def page_at(text: str, offset: int) -> int:

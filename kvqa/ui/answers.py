@@ -65,15 +65,26 @@ def sources_block(sources, lang: str = "en", unsupported=(), unquoted=()) -> str
 
 
 def _marked_quote(source) -> str:
-    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark>."""
-    a, b = source.mark[0] - source.start, source.mark[1] - source.start
-
+    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark> and the answer's own words in
+    it (Source.answer) in <strong class='kvqa-answer'>, so a reader sees at a glance where the passage says it."""
     def flat(text):  # each run of whitespace as one space, kept where it was (none is added: CJK has no spaces)
         return html.escape(re.sub(r"\s+", " ", text))
 
-    if b <= a:
-        return flat(source.text).strip()
-    return (flat(source.text[:a]) + f"<mark>{flat(source.text[a:b])}</mark>" + flat(source.text[b:])).strip()
+    def within(span) -> tuple[int, int]:
+        a, b = (span[0] - source.start, span[1] - source.start) if span else (0, 0)
+        return (a, b) if 0 <= a < b <= len(source.text) else (0, 0)
+
+    sentence, said = within(source.mark), within(source.answer)
+    cuts = sorted({0, len(source.text), *sentence, *said})
+    pieces = []
+    for a, b in zip(cuts, cuts[1:]):
+        piece = flat(source.text[a:b])
+        if said[0] <= a and b <= said[1]:
+            piece = f"<strong class='kvqa-answer'>{piece}</strong>"
+        if sentence[0] <= a and b <= sentence[1]:
+            piece = f"<mark>{piece}</mark>"
+        pieces.append(piece)
+    return "".join(pieces).strip().replace("</mark><mark>", "")
 
 
 def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
