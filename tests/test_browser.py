@@ -92,6 +92,8 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     evidence = page.locator('[data-testid="bot"]').nth(1).locator("blockquote.evidence")  # shown, not folded
     assert evidence.is_visible() and evidence.inner_text().startswith("From the document:")
     assert evidence.locator("mark").count() == 1 and evidence.locator("mark").inner_text().strip()
+    said = evidence.locator("strong.kvqa-answer")  # the answer's own words, bold where the passage says them
+    assert said.count() >= 1 and said.first.inner_text().strip() in evidence.inner_text()
     page.wait_for_function(
         "document.querySelector('#latency-table') && document.querySelector('#latency-table').innerText.includes('2')")
     assert "Median time to first token over 2" in page.locator("#latency-summary").inner_text()
@@ -159,6 +161,7 @@ def test_the_page_in_chinese(server, browser, tmp_path):
         assert DOC_ZH in page.locator('[data-testid="bot"]').first.locator("details.sources li").first.inner_text()
         evidence = page.locator('[data-testid="bot"]').first.locator("blockquote.evidence")
         assert evidence.is_visible() and evidence.inner_text().startswith("文档原文：")
+        assert "鹈鹕" in evidence.locator("strong.kvqa-answer").first.inner_text()  # the answer's words, in bold
         page.wait_for_function(
             "document.querySelector('#latency-summary').innerText.includes('首 token 时间中位数')")
 
