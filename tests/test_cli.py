@@ -43,7 +43,7 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
-                          "sources", "unsupported", "part", "also"}
+                          "sources", "unsupported", "unquoted", "part", "also"}
         assert a["part"] == {"unit": "characters", "first": 1, "last": len(DOC)}
         assert isinstance(a["unsupported"], list)
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
