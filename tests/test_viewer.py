@@ -102,6 +102,13 @@ def test_text_context_marks_the_passage_and_its_sentence_and_escapes_html():
     assert "<mark class='kvqa-passage'>The ferry leaves at nine. <mark class='kvqa-sentence'>Tickets cost ten euros." \
            in shown
     assert "&lt;b&gt;bold&lt;/b&gt;" in shown and "<b>" not in shown and shown.count("…") == 2
+    ferry = (text.index("nine"), text.index("nine") + 4)
+    said = text_context(text, start, end, mark, around=20, answer=ferry)  # the answer's words, bold in the passage
+    assert "The ferry leaves at <strong class='kvqa-answer'>nine</strong>. <mark class='kvqa-sentence'>" in said
+    across = text_context(text, start, end, mark, around=20, answer=(ferry[0], mark[0] + 7))  # over the sentence's edge
+    assert "<strong class='kvqa-answer'>nine. </strong><mark class='kvqa-sentence'><strong class='kvqa-answer'>" \
+           "Tickets</strong> cost" in across
+    assert text_context(text, start, end, mark, around=20, answer=(0, 5)) == shown  # outside the passage: nothing
 
 
 def viewer_app() -> app_module.KvqaApp:

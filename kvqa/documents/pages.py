@@ -120,10 +120,12 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def text_context(text: str, start: int, end: int, mark: tuple[int, int] = (0, 0), *, around: int = 600) -> str:
+def text_context(text: str, start: int, end: int, mark: tuple[int, int] = (0, 0), *, around: int = 600,
+                 answer: tuple[int, int] | None = None) -> str:
     """HTML: the passage text[start:end] in its surrounding text (about `around` characters each side), the passage
-    highlighted and its best-matching sentence `mark` (offsets into text) marked more strongly. Markdown tables in it
-    are shown as HTML tables, with their header (kvqa.documents.tables.context_html)."""
+    highlighted and its best-matching sentence `mark` (offsets into text) marked more strongly, the answer's own words
+    in it (`answer`, offsets into text) in bold. Markdown tables in it are shown as HTML tables, with their header
+    (kvqa.documents.tables.context_html)."""
     a, b = max(0, start - around), min(len(text), end + around)
     if 0 < a < start:  # from a word's start (CJK has no spaces: from where it is)
         a = min(text.find(" ", a, start) + 1 or a, start)
@@ -137,10 +139,16 @@ def text_context(text: str, start: int, end: int, mark: tuple[int, int] = (0, 0)
         return ("<div class='kvqa-context'>" + ("… " if a > 0 else "") + tabled + (" …" if b < len(text) else "")
                 + "</div>")
 
-    def esc(s: str) -> str:
-        return html.escape(s)
+    a0, a1 = answer if answer and start <= answer[0] < answer[1] <= end else (start, start)
 
-    return ("<div class='kvqa-context'>" + ("… " if a > 0 else "") + esc(text[a:start])
-            + "<mark class='kvqa-passage'>" + esc(text[start:m0])
-            + "<mark class='kvqa-sentence'>" + esc(text[m0:m1]) + "</mark>"
-            + esc(text[m1:end]) + "</mark>" + esc(text[end:b]) + (" …" if b < len(text) else "") + "</div>")
+    def esc(i: int, j: int) -> str:  # text[i:j], escaped, the answer's words in it in bold
+        i0, j0 = max(i, a0), min(j, a1)
+        if j0 <= i0:
+            return html.escape(text[i:j])
+        return (html.escape(text[i:i0]) + "<strong class='kvqa-answer'>" + html.escape(text[i0:j0]) + "</strong>"
+                + html.escape(text[j0:j]))
+
+    return ("<div class='kvqa-context'>" + ("… " if a > 0 else "") + esc(a, start)
+            + "<mark class='kvqa-passage'>" + esc(start, m0)
+            + "<mark class='kvqa-sentence'>" + esc(m0, m1) + "</mark>"
+            + esc(m1, end) + "</mark>" + esc(end, b) + (" …" if b < len(text) else "") + "</div>")

@@ -60,7 +60,8 @@ class EvidenceView:
             except ValueError as e:
                 note = say("evidence.no_render", lang, page=source.page, why=str(e))
         read = select(session.whole, turn.part.first, turn.part.last) if turn.part else session.whole
-        context = text_context(read.text, source.start, source.end, source.mark)  # offsets into what was read
+        # offsets into what was read
+        context = text_context(read.text, source.start, source.end, source.mark, answer=source.answer)
         return {self.page.evidence_pick: gr.update(choices=choices, value=pick),
                 self.page.evidence_page: gr.update(value=page, visible=page is not None),
                 self.page.evidence_text: (f"<p class='kvqa-evidence-note'>{html.escape(note)}</p>" if note else "")
