@@ -269,8 +269,8 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "source_page": first[1] if first else None,
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
-        "answer_marked": first is not None and bool(first[2:] and first[2]),  # its words found in the first source
-        "marked_holds_gold": first is not None and bool(first[2:] and first[2]) and gold_in(first[2], question.facts),
+        "answer_marked": first is not None and bool(first[2]),  # its words found in the first source
+        "marked_holds_gold": first is not None and bool(first[2]) and gold_in(first[2], question.facts),
         "answer_lang": language(reply.text) if reply.text.strip() else "none", "ttft_s": round(reply.ttft_s, 3),
         "question_tokens": reply.question_tokens, "token_ids": list(reply.token_ids),
         "unsupported": None if reply.unsupported is None else list(reply.unsupported),

@@ -14,6 +14,7 @@ from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
 from kvqa.session.session import Ask, Session, cache_origin
 from kvqa.ui import unchanged, warn
+from kvqa.ui.answers import chat_messages, waiting_messages
 from kvqa.ui.page import Page
 from kvqa.ui.panels import Panels, also_button
 from kvqa.ui.tabs import Tab, Tabs, Waiting
@@ -106,7 +107,7 @@ class Questions:
             yield warn(QuestionError("question.no_document"), lang, put_back={page.question: asked.question} | (
                 {page.chat: self.panels.chat(session, lang, tab)} if tab is not None else {}))
             return
-        chat_before = self.panels.chat(session, lang, None)
+        chat_before = chat_messages(session, lang)
         history = chat_before + [{"role": "user", "content": asked.question}, {"role": "assistant", "content": ""}]
         if tab is not None:
             tab.answering = True
@@ -116,10 +117,10 @@ class Questions:
                 for piece in pieces:
                     text += piece
                     history[-1] = {"role": "assistant", "content": text}
-                    yield {page.question: "", page.chat: history + self.panels.chat(None, lang, tab)}  # and waiting
+                    yield {page.question: "", page.chat: history + waiting_messages(tab, lang)}  # and waiting
         except KvqaError as e:  # the chat goes back to what it was; the question goes back to its box
             yield warn(e, lang, put_back={page.question: asked.question,
-                                          page.chat: chat_before + self.panels.chat(None, lang, tab)})
+                                          page.chat: chat_before + waiting_messages(tab, lang)})
             return
         finally:
             if tab is not None:
@@ -146,7 +147,7 @@ class Questions:
         """UI: start a new conversation on the same document, without reading it again."""
         if session is not None:
             session.new_conversation()
-        return {self.page.chat: self.panels.chat(session, lang, None), self.page.also_btn: also_button(session, lang)}
+        return {self.page.chat: chat_messages(session, lang), self.page.also_btn: also_button(session, lang)}
 
     def on_stop(self, session, lang="en", request: gr.Request = None) -> None:
         """UI: end the answer being written (the cache is left as it was) and withdraw the questions still waiting;

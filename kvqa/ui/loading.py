@@ -9,7 +9,7 @@ from pathlib import Path
 import gradio as gr
 
 from kvqa.documents.parts import parse_range
-from kvqa.documents.reading import load_document
+from kvqa.documents.reading import Document, load_document
 from kvqa.errors import BusyError, KvqaError
 from kvqa.messages import render
 from kvqa.session.service import Service
@@ -37,7 +37,7 @@ class Reads:
         questions asked meanwhile wait for it instead of finding no document."""
         self.tabs.of(request).expect()
 
-    def document_from(self, files, text: str | None, lang: str, progress, request) -> object:
+    def document_from(self, files, text: str | None, lang: str, progress, request) -> Document:
         """The document the client sent (Service.document_from), each file skipped and each note a warning."""
         document, warnings = self.service.document_from(files, text, lang, progress, owner=owner(request))
         for message in warnings:
