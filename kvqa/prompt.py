@@ -101,7 +101,7 @@ class QuestionTurns:
                 return keep
         return 0
 
-    def _text_ids(self, text: str) -> list[int]:
+    def text_ids(self, text: str) -> list[int]:
         """Plain text's ids: special-token strings in it stay text."""
         if not text:
             return []
@@ -218,11 +218,11 @@ class ChatPrompt(QuestionTurns):
             pos = 0
             for m in self.specials.finditer(text):
                 run += text[pos: m.start()]
-                ids += self._text_ids(run)
+                ids += self.text_ids(run)
                 ids.append(self.tokenizer.convert_tokens_to_ids(m.group()))
                 run, pos = "", m.end()
             run += text[pos:]
-        return ids + self._text_ids(run)
+        return ids + self.text_ids(run)
 
 
 def _render(tokenizer, system: str, user: str, date_string: str) -> str:
@@ -275,7 +275,7 @@ class CompletionPrompt(QuestionTurns):
 
     def prefix_ids(self, document: str) -> list[int]:
         """The beginning of text, the document, a blank line, the instructions, a blank line."""
-        return [*self.bos, *self._text_ids(self.prefix_text(document))]
+        return [*self.bos, *self.text_ids(self.prefix_text(document))]
 
     @staticmethod
     def prefix_text(document: str) -> str:
@@ -296,7 +296,7 @@ class CompletionPrompt(QuestionTurns):
     def conversation_ids(self, history: Sequence[tuple[str, str]], question: str,
                          quotes: Sequence[str] = ()) -> list[int]:
         text = "".join(self.turn_text(q, a) for q, a in history) + self.turn_text(question, quotes=quotes)
-        return self._text_ids(text)
+        return self.text_ids(text)
 
     def suffix_ids(self, question: str) -> list[int]:
         return self.conversation_ids((), question)
@@ -316,7 +316,7 @@ class CompletionPrompt(QuestionTurns):
                                          ("What?", ("A passage.\n\nTwo.",))):
                     text = self.prefix_text(document) + "".join(self.turn_text(q, a) for q, a in history)
                     text += self.turn_text(question, quotes=quotes)
-                    whole = [*self.bos, *self._text_ids(text)]
+                    whole = [*self.bos, *self.text_ids(text)]
                     if self.prefix_ids(document) + self.conversation_ids(history, question, quotes) != whole:
                         raise ModelError("template.not_splittable", why=Message("template.tokens_differ"))
 

@@ -158,6 +158,12 @@ def gold_in(text: str, golds: Sequence[str]) -> bool:
     return any(g and g in answer for g in map(squad_normalise, golds))
 
 
+def exact_match(text: str, golds: Sequence[str]) -> bool:
+    """SQuAD's exact match: the normalised answer equals a normalised gold answer."""
+    answer = squad_normalise(text)
+    return any(answer == squad_normalise(g) for g in golds)
+
+
 def _f1_units(text: str) -> list[str]:
     """Words for English, characters for CJK (CMRC 2018 scores Chinese by character)."""
     normal = squad_normalise(text)
@@ -268,6 +274,7 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "source_correct": None if reply.sources is None else first is not None and has_fact(first[0], question.facts),
         "source_page": first[1] if first else None,
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
+        "exact": exact_match(reply.text, question.facts),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
         "answer_marked": first is not None and bool(first[2]),  # its words found in the first source
         "marked_holds_gold": first is not None and bool(first[2]) and gold_in(first[2], question.facts),
@@ -295,6 +302,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "source_correct": sum(r["source_correct"] for r in with_sources) / n if with_sources else None,
         "gold_in_answer": sum(r["gold_in_answer"] for r in rows) / n,
         "f1": statistics.fmean(r["f1"] for r in rows),
+        "exact": sum(r.get("exact", False) for r in rows) / n,
         "gold_in_source": sum(r["gold_in_source"] for r in rows) / n,
         "answer_marked": sum(r.get("answer_marked", False) for r in rows) / n,
         "marked_holds_gold": sum(r.get("marked_holds_gold", False) for r in rows) / n,
@@ -350,17 +358,17 @@ HEADER = f"{'doc':<22} {'question':<44} {'ok':>4} {'loop':>4} {'stop':>7} {'tok'
 
 def summary_lines(result: dict[str, Any], *, per_document: bool = True) -> list[str]:
     """The summary as a table: all questions, then each language, then (unless per_document=False) each document.
-    gold: the answer contains a gold answer (SQuAD-normalised); f1: token F1; src: the first source contains it;
-    lang: the answer is in the question's language; marked: answers marked as naming what the document lacks
-    (of them wrong)."""
+    gold: the answer contains a gold answer (SQuAD-normalised); f1: token F1; em: exact match; src: the first source
+    contains it; lang: the answer is in the question's language; marked: answers marked as naming what the document
+    lacks (of them wrong)."""
     def line(name: str, s: dict[str, Any]) -> str:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(s["stop_reasons"].items()))
         marked = "n/a" if s["marked"] is None else f"{s['marked']} ({s['marked_wrong']})"
-        return (f"{fit(name, 26)} {s['questions']:>3} {s['gold_in_answer']:>6.0%} {s['f1']:>5.2f} "
+        return (f"{fit(name, 26)} {s['questions']:>3} {s['gold_in_answer']:>6.0%} {s['f1']:>5.2f} {s['exact']:>4.0%} "
                 f"{s['gold_in_source']:>5.0%} {s['looping']:>6.0%} {s['looped_to_limit']:>6.0%} "
                 f"{s['answer_in_question_lang']:>5.0%} {s['median_ttft_s']:>6.2f} {s['median_s']:>6.2f} "
                 f"{marked:>8}  {stops}")
-    lines = [f"{'':<26} {'n':>3} {'gold':>6} {'f1':>5} {'src':>5} {'loop':>6} {'limit':>6} {'lang':>5} "
+    lines = [f"{'':<26} {'n':>3} {'gold':>6} {'f1':>5} {'em':>4} {'src':>5} {'loop':>6} {'limit':>6} {'lang':>5} "
              f"{'ttft':>6} {'ans s':>6} {'marked':>8}  stop reasons", line("all", result["all"])]
     lines += [line(f"language {k}", s) for k, s in result["by_language"].items()]
     if per_document:

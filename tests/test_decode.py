@@ -276,3 +276,35 @@ def test_a_list_that_counts_up_is_caught_repeating(tiny_lm, doc, monkeypatch):
     scripted_choices(monkeypatch, dict(enumerate(run, start=1)))
     shortest = decode(tiny_lm, doc, replace(PLAIN, repeat_stop=1), max_new_tokens=len(run))
     assert shortest.stop_reason == "repeating" and len(shortest.token_ids) == 6  # "1 a b 2 a b": once is enough
+
+
+def test_copying_favours_what_follows_in_the_quote_and_any_quote_token_elsewhere():
+    """Copy-biased decoding's rule on its own: after a token of the quote, the tokens that follow it there; after any
+    other token (or at the start), every token of the quote; the bias added to those logits only."""
+    copying = kvqa.generation.decode.Copying([5, 6, 7, 5, 8], 2.0)
+    assert copying.favoured([]) == [5, 6, 7, 8]
+    assert copying.favoured([1, 5]) == [6, 8]  # 5 is followed by 6 and by 8 in the quote
+    assert copying.favoured([7]) == [5] and copying.favoured([8]) == [5, 6, 7, 8]  # 8 ends the quote: start again
+    ending = kvqa.generation.decode.Copying([5, 6, 7, 5, 8], 2.0, ends=frozenset({9}))
+    assert ending.favoured([]) == [5, 6, 7, 8]  # an answer that says nothing yet does not end
+    assert ending.favoured([5]) == [6, 8, 9] and ending.favoured([1]) == [5, 6, 7, 8, 9]  # then stopping competes
+    logits = torch.zeros(1, 10)
+    assert copying(logits, [5]).tolist() == [[0, 0, 0, 0, 0, 0, 2.0, 0, 2.0, 0]]
+    assert logits.abs().sum() == 0  # the caller's logits are not changed
+    assert kvqa.generation.decode.Copying([5, 6], 0.0)(logits, []) is logits  # off
+    assert kvqa.generation.decode.Copying([], 3.0)(logits, []) is logits  # nothing quoted
+
+
+def test_a_strong_copy_bias_makes_the_answer_copy_the_quote(tiny_lm, doc, plain):
+    """With a bias stronger than any logit gap every token the random model chooses copies the quote (or ends the
+    answer): its first token is one of the quote's and each next one follows its previous token somewhere in the quote
+    (or starts a copy again after the quote's last token); without a quote, the bias changes nothing."""
+    quote = doc.prompt.text_ids("The museum opens at ten and closes at six.")
+    copied = decode(tiny_lm, doc, replace(PLAIN, copy_bias=1000.0), quote_ids=tuple(quote))
+    assert copied.token_ids and copied.token_ids != plain.token_ids[:len(copied.token_ids)]
+    assert copied.stop_reason in ("length", "eos")  # the end token is favoured too, once the answer says something
+    follows = {(a, b) for a, b in zip(quote, quote[1:])}
+    for before, token in zip((None, *copied.token_ids), copied.token_ids):
+        assert token in quote
+        assert before is None or (before, token) in follows or before == quote[-1] and before not in quote[:-1]
+    assert decode(tiny_lm, doc, replace(PLAIN, copy_bias=1000.0)).token_ids == plain.token_ids

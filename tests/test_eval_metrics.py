@@ -188,16 +188,19 @@ def test_each_question_is_answered_in_its_document(q):
 
 # --- public sets ---
 
-@pytest.mark.parametrize("text, golds, inside, f1", [
-    ("It was founded in 1994 by Ruth.", ["1994"], True, 0.25),  # precision 1/7, recall 1
-    ("The Answer: the Seven Arches!", ["seven arches"], True, 0.8),  # case, punctuation and articles do not count
-    ("It was founded in 1995.", ["1994"], False, 0.0),
-    ("合作社成立于2009年。", ["2009年"], True, 0.625),  # by character: precision 5/11, recall 1
-    ("", ["1994"], False, 0.0),
+@pytest.mark.parametrize("text, golds, inside, f1, exact", [
+    ("It was founded in 1994 by Ruth.", ["1994"], True, 0.25, False),  # precision 1/7, recall 1
+    ("The Answer: the Seven Arches!", ["seven arches"], True, 0.8, False),  # case, punctuation, articles do not count
+    ("The Seven Arches.", ["seven arches", "arches"], True, 1.0, True),
+    ("It was founded in 1995.", ["1994"], False, 0.0, False),
+    ("合作社成立于2009年。", ["2009年"], True, 0.625, False),  # by character: precision 5/11, recall 1
+    ("2009 年。", ["2009年"], True, 1.0, True),  # Chinese without spaces and CJK punctuation
+    ("", ["1994"], False, 0.0, False),
 ])
-def test_gold_and_f1_as_squad_scores_them(text, golds, inside, f1):
+def test_gold_f1_and_exact_match_as_squad_scores_them(text, golds, inside, f1, exact):
     assert evaluate.gold_in(text, golds) is inside
     assert evaluate.token_f1(text, golds) == pytest.approx(f1)
+    assert evaluate.exact_match(text, golds) is exact
 
 
 def test_public_sets_make_documents_of_the_asked_size_with_questions_spread(tmp_path):

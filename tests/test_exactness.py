@@ -48,15 +48,20 @@ def lm(request, tiny_lm, default_lm):
     return tiny_lm if request.param == "tiny" else default_lm
 
 
-@pytest.mark.parametrize("draft", [0, 6])
-def test_cached_answers_equal_whole_prompt_answers(lm, draft):
+@pytest.mark.parametrize("draft, copy_bias", [(0, 0.0), (6, 0.0), (6, 2.0)])
+def test_cached_answers_equal_whole_prompt_answers(lm, draft, copy_bias):
+    """Every decoding rule chooses alike on the cache and on a recompute: drafting, and the copy bias toward the quoted
+    passage (quoted only when it is on, so the two rows without it keep the question alone)."""
     document = kvqa.document_from_text(TEXT)
     config = kvqa.Config.of(chunk_size=128, max_new_tokens=24)
     doc = kvqa.prefill(lm, document, config=config)
     before = snapshot(doc)
-    for question in QUESTIONS if lm.name == "tiny-llama" else QUESTIONS[::2]:  # each recompute reads the whole text
-        cached = kvqa.answer(lm, doc, question, draft_tokens=draft)
-        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt)  # never drafts
+    copying = {"copy_bias": copy_bias, "quote_passages": 1} if copy_bias else {}
+    asked = QUESTIONS if lm.name == "tiny-llama" else QUESTIONS[:1] if copy_bias else QUESTIONS[::2]
+    for question in asked:  # each recompute on the real model reads the whole text: a few questions there
+        cached = kvqa.answer(lm, doc, question, draft_tokens=draft, **copying)
+        whole = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
+                                          **copying)  # never drafts
         assert cached.token_ids == whole.token_ids, question
         assert cached.text == whole.text
         assert cached.timings.new_tokens == len(cached.token_ids) > 0

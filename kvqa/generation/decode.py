@@ -39,6 +39,7 @@ class Asked:
     stop_ids: frozenset[int] = frozenset()
     should_stop: Callable[[], bool] | None = None
     order: tuple[int, ...] | None = None
+    quote_ids: tuple[int, ...] = ()  # the quoted passages' tokens, which options.copy_bias favours
     started: float = 0.0  # set as the answer begins (kvqa.generation.generate): its times count from here
 
 
@@ -59,7 +60,7 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
     options.repeat_stop > 0 a span or a sentence said again ends the answer (Stops), before the repeat; stop_ids (a
     completion prompt's line ends) end it as EOS does, once it holds more than whitespace (Chooser)."""
     stops, counts, text = Stops(lm, options, asked), Counts(), Detokenizer(lm.tokenizer, strip=bool(asked.stop_ids))
-    pick = Chooser(lm, options, stops.ends)
+    pick = Chooser(lm, options, stops.ends, copying=Copying(asked.quote_ids, options.copy_bias, ends=stops.ends))
     drafter = Drafter(list(asked.context)) if options.draft_tokens > 0 and options.temperature <= 0 else None
     tokens: list[int] = []
     pending = [pick(logits, tokens, blank=bool(asked.stop_ids))]
@@ -137,17 +138,52 @@ def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tenso
 
 class Chooser:
     """A token from logits (1, vocab), the answer's tokens so far made less likely (options.repetition_penalty), the
-    tokens that end the answer impossible while it says nothing yet (blank), greedy at temperature 0, else sampled
-    (seeded by options.seed)."""
+    quote's tokens more likely (Copying), the tokens that end the answer impossible while it says nothing yet (blank),
+    greedy at temperature 0, else sampled (seeded by options.seed). A choice depends on the logits and what was said
+    only, so a cached answer and a recompute choose alike."""
 
-    def __init__(self, lm: LoadedModel, options: Decoding, ends: frozenset[int]):
+    def __init__(self, lm: LoadedModel, options: Decoding, ends: frozenset[int], *, copying: Copying | None = None):
         self.temperature, self.penalty, self.ends = options.temperature, options.repetition_penalty, ends
+        self.copying = copying
         seeded = options.seed is not None and options.temperature > 0
         self.generator = torch.Generator(device=lm.device).manual_seed(options.seed) if seeded else None
 
     def __call__(self, logits: torch.Tensor, said: Sequence[int], *, blank: bool) -> int:
         logits = penalise(logits, said, self.penalty)
+        if self.copying is not None:
+            logits = self.copying(logits, said)
         return choose(unsaid(logits, self.ends) if blank else logits, self.temperature, self.generator)
+
+
+class Copying:
+    """Copy-biased decoding: `bias` added to the logits of the tokens that copy the quoted passages. Where the answer's
+    last token is one of the quote's, the tokens that follow it there (the answer goes on copying a run of the
+    passage: "64 PCIe" then " 4"); elsewhere any of the quote's tokens (a copy may start); once the answer says
+    something, also the tokens that end it (`ends`: EOS, a completion prompt's line end), so stopping competes with
+    copying on equal terms (without them, measured, a copy ran on past its answer: docs/quality.md). A bias, not a
+    rule: a token the model prefers by more than `bias` still wins. bias 0 or no quote: logits unchanged."""
+
+    def __init__(self, quote: Sequence[int], bias: float, *, ends: frozenset[int] = frozenset()):
+        self.bias = bias if quote else 0.0
+        self.ends = sorted(ends)
+        self.anywhere = sorted(set(quote))
+        after: dict[int, set[int]] = {}
+        for token, following in zip(quote, quote[1:]):
+            after.setdefault(token, set()).add(following)
+        self.after = {token: sorted(following) for token, following in after.items()}
+
+    def favoured(self, said: Sequence[int]) -> list[int]:
+        """The tokens that copy the quote after `said`."""
+        if said and said[-1] in self.after:
+            return self.after[said[-1]] + self.ends
+        return self.anywhere + self.ends if said else self.anywhere
+
+    def __call__(self, logits: torch.Tensor, said: Sequence[int]) -> torch.Tensor:
+        if self.bias == 0:
+            return logits
+        out = logits.clone()
+        out[0, self.favoured(said)] += self.bias
+        return out
 
 
 def penalise(logits: torch.Tensor, said: Sequence[int], penalty: float) -> torch.Tensor:

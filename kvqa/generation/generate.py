@@ -151,8 +151,16 @@ def stream(lm: LoadedModel, doc: PrefilledDocument, question: Question, options:
                                   quotes=quotes)
     asked = Asked(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
                   used_cache=True, context=(*doc.ids, *ids),
-                  stop_ids=stops_for(lm, doc.prompt), should_stop=should_stop, order=tuple(order) if order else None)
+                  stop_ids=stops_for(lm, doc.prompt), should_stop=should_stop, order=tuple(order) if order else None,
+                  quote_ids=quote_ids(doc.prompt, quotes, options))
     return AnswerStream(_answer_on_cache(lm, doc, ids, options, asked, ranked_s=ranked_s))
+
+
+def quote_ids(prompt: Prompt, quotes: list[str], options: Decoding) -> tuple[int, ...]:
+    """The quoted passages' tokens, for copy-biased decoding (options.copy_bias; none when it is off)."""
+    if options.copy_bias <= 0:
+        return ()
+    return tuple(token for quote in quotes for token in prompt.text_ids(quote))
 
 
 def _answer_on_cache(lm: LoadedModel, doc: PrefilledDocument, ids: list[int], options: Decoding, asked: Asked, *,
@@ -193,7 +201,8 @@ def stream_without_cache(lm: LoadedModel, document: Document, question: Question
     capacity = len(prefix) + config.limits.reserve_tokens
     asked = Asked(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
                   used_cache=False, context=tuple(ids),
-                  stop_ids=stops_for(lm, prompt), should_stop=should_stop, order=tuple(order) if order else None)
+                  stop_ids=stops_for(lm, prompt), should_stop=should_stop, order=tuple(order) if order else None,
+                  quote_ids=quote_ids(prompt, quotes, options))
     return AnswerStream(_answer_from_scratch(lm, chunks, options, asked, capacity=capacity, ranked_s=ranked_s))
 
 
