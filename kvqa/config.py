@@ -46,8 +46,9 @@ class Decoding:
     #                                              quoting; 0: off
     quote_passages: int = _setting(1, least=0)  # the document's passages that best match a question, quoted in its
     #                                             turn; 0: none
-    copy_bias: float = _setting(0.0, least=0)  # added to the logits of the quoted passages' tokens (those that go on
-    #                                            copying it where the answer is copying, any of them elsewhere); 0: off
+    copy_bias: float = _setting(0.0, least=0)  # added to the logits of the tokens that copy the quoted passage (or
+    #                                            end the answer): kvqa.generation.decode.Copying; 0: off (measured:
+    #                                            docs/quality.md)
     quote_chars: int = _setting(200, least=0)  # each quoted passage cut to its sentences that best match the
     #                                            question, at most this many characters (a CJK character counts 2.5:
     #                                            kvqa.evidence.sources.excerpt); 0: whole. Measured: docs/quality.md

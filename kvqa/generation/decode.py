@@ -173,7 +173,7 @@ class Copying:
         self.after = {token: sorted(following) for token, following in after.items()}
 
     def favoured(self, said: Sequence[int]) -> list[int]:
-        """The tokens that copy the quote after `said`."""
+        """The tokens favoured after `said`: those that copy the quote, and once something is said those that end."""
         if said and said[-1] in self.after:
             return self.after[said[-1]] + self.ends
         return self.anywhere + self.ends if said else self.anywhere
