@@ -60,7 +60,7 @@ def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, optio
     options.repeat_stop > 0 a span or a sentence said again ends the answer (Stops), before the repeat; stop_ids (a
     completion prompt's line ends) end it as EOS does, once it holds more than whitespace (Chooser)."""
     stops, counts, text = Stops(lm, options, asked), Counts(), Detokenizer(lm.tokenizer, strip=bool(asked.stop_ids))
-    pick = Chooser(lm, options, stops.ends, copying=Copying(asked.quote_ids, options.copy_bias, ends=stops.ends))
+    pick = Chooser(lm, options, stops.ends, quote=asked.quote_ids)
     drafter = Drafter(list(asked.context)) if options.draft_tokens > 0 and options.temperature <= 0 else None
     tokens: list[int] = []
     pending = [pick(logits, tokens, blank=bool(asked.stop_ids))]
@@ -138,20 +138,18 @@ def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tenso
 
 class Chooser:
     """A token from logits (1, vocab), the answer's tokens so far made less likely (options.repetition_penalty), the
-    quote's tokens more likely (Copying), the tokens that end the answer impossible while it says nothing yet (blank),
-    greedy at temperature 0, else sampled (seeded by options.seed). A choice depends on the logits and what was said
-    only, so a cached answer and a recompute choose alike."""
+    quote's tokens more likely (Copying, options.copy_bias), the tokens that end the answer impossible while it says
+    nothing yet (blank), greedy at temperature 0, else sampled (seeded by options.seed). A choice depends on the logits
+    and what was said only, so a cached answer and a recompute choose alike."""
 
-    def __init__(self, lm: LoadedModel, options: Decoding, ends: frozenset[int], *, copying: Copying | None = None):
+    def __init__(self, lm: LoadedModel, options: Decoding, ends: frozenset[int], *, quote: Sequence[int] = ()):
         self.temperature, self.penalty, self.ends = options.temperature, options.repetition_penalty, ends
-        self.copying = copying
+        self.copying = Copying(quote, options.copy_bias, ends=ends)
         seeded = options.seed is not None and options.temperature > 0
         self.generator = torch.Generator(device=lm.device).manual_seed(options.seed) if seeded else None
 
     def __call__(self, logits: torch.Tensor, said: Sequence[int], *, blank: bool) -> int:
-        logits = penalise(logits, said, self.penalty)
-        if self.copying is not None:
-            logits = self.copying(logits, said)
+        logits = self.copying(penalise(logits, said, self.penalty), said)
         return choose(unsaid(logits, self.ends) if blank else logits, self.temperature, self.generator)
 
 
