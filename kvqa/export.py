@@ -41,10 +41,12 @@ def document_dict(document: Document) -> dict:
 
 
 def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
-                unsupported: Sequence[str], part: dict, also: dict | None = None, unquoted: Sequence[str] = ()) -> dict:
+                unsupported: Sequence[str], part: dict, also: dict | None = None, unquoted: Sequence[str] = (),
+                short: str = "") -> dict:
     """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
     t = timings
-    return {"question": question, "answer": text, "question_tokens": t.question_tokens, "new_tokens": t.new_tokens,
+    return {"question": question, "answer": text, "short": short, "question_tokens": t.question_tokens,
+            "new_tokens": t.new_tokens,
             "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
             "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported),
             "unquoted": list(unquoted), "part": part,
@@ -76,7 +78,8 @@ def session_dict(session) -> dict:
         "cache_source": session.origin,
         "parts": parts_list(source, session.parts),
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
-                                unsupported=t.unsupported, unquoted=t.unquoted, part=part_dict(t.part, source),
+                                unsupported=t.unsupported, unquoted=t.unquoted, short=t.short,
+                                part=part_dict(t.part, source),
                                 also=part_dict(t.also, source) if t.also else None)
                     for t in session.turns],
     }
@@ -97,9 +100,11 @@ def summary_table(conversation: dict) -> str:
 
 
 def answer_notes(answer) -> str:
-    """Under an answer in a terminal (`kvqa ask`): whether it repeated itself, what it names that the document lacks,
-    and its sources, each quoted on one line."""
+    """Under an answer in a terminal (`kvqa ask`): whether it repeated itself, its shortest phrase, what it names that
+    the document lacks, and its sources, each quoted on one line."""
     lines = [f"\n   [{answer.stop_reason}]" if answer.stop_reason == "repeating" else ""]
+    if answer.short:
+        lines.append(f"   {Message('answer.short', phrase=answer.short)}")
     if answer.unsupported:
         lines.append(f"   {Message('answer.unsupported', items=', '.join(answer.unsupported))}")
     if answer.unquoted:
@@ -137,7 +142,9 @@ def to_markdown(conversation: dict) -> str:
         lines += [f"Read in {len(parts)} parts: " + "; ".join(
             f"{p['unit']} {p['first']:,}-{p['last']:,}" for p in parts) + ".", ""]
     for n, a in enumerate(conversation["answers"], start=1):
-        lines += [f"## {n}. {a['question']}", "", a["answer"].strip() or "(no answer)", ""]
+        lines += [f"## {n}. {a['question']}", ""] + ([f"**{Message('answer.short', phrase=a['short'])}**", ""]
+                                                      if a.get("short") else [])
+        lines += [a["answer"].strip() or "(no answer)", ""]
         flags = []
         if a.get("stop_reason") in ("stopped", "repeating", "length"):
             flags.append({"stopped": "stopped by the user", "repeating": "stopped: it was repeating itself",

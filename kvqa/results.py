@@ -52,6 +52,7 @@ class Answer:
     #                  or "stopped" (by the user)
     used_cache: bool
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on, best first
+    short: str = ""  # the shortest phrase of it that answers (kvqa.evidence.short); "" when none stands out
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.evidence.support)
     unquoted: tuple[str, ...] = ()  # numbers in the answer the document has but not the passage its turn quoted
     order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.generation.rerank), best

@@ -72,6 +72,7 @@ class Reply:
     unsupported: tuple[str, ...] | None = None  # the answer's figures and names the document lacks
     unquoted: tuple[str, ...] | None = None  # its figures the document has but not the passage quoted to the model
     question_tokens: int = 0  # the question's turn, its quote included: what its first token waits for
+    short: str = ""  # the answer's shortest phrase (kvqa.evidence.short), shown first; "" when none stands out
 
 
 def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, question: str, *,
@@ -86,7 +87,7 @@ def answer_question(engine: kvqa.Engine, prefilled: kvqa.PrefilledDocument, ques
         answer_s=answer.timings.answer_s, new_tokens=answer.timings.new_tokens,
         decode_tokens_per_s=answer.timings.decode_tokens_per_s, drafted_per_step=answer.timings.drafted_per_step,
         ttft_s=answer.timings.ttft_s, unsupported=getattr(answer, "unsupported", None),
-        unquoted=getattr(answer, "unquoted", None),
+        unquoted=getattr(answer, "unquoted", None), short=getattr(answer, "short", "") or "",
         question_tokens=answer.timings.question_tokens,
         sources=None if sources is None else [(_field(s, "text") or "", _field(s, "page"), _field(s, "answered") or "")
                                               for s in sources],
@@ -275,6 +276,10 @@ def score(question: Question, reply: Reply) -> dict[str, Any]:
         "source_page": first[1] if first else None,
         "gold_in_answer": gold_in(reply.text, question.facts), "f1": round(token_f1(reply.text, question.facts), 3),
         "exact": exact_match(reply.text, question.facts),
+        # the phrase shown first, else the whole answer, as SQuAD would score a reply: F1, EM, the gold inside it
+        "short": reply.short, "short_f1": round(token_f1(reply.short or reply.text, question.facts), 3),
+        "short_exact": exact_match(reply.short or reply.text, question.facts),
+        "short_gold": gold_in(reply.short or reply.text, question.facts),
         "gold_in_source": first is not None and gold_in(first[0], question.facts),
         "answer_marked": first is not None and bool(first[2]),  # its words found in the first source
         "marked_holds_gold": first is not None and bool(first[2]) and gold_in(first[2], question.facts),
@@ -303,6 +308,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "gold_in_answer": sum(r["gold_in_answer"] for r in rows) / n,
         "f1": statistics.fmean(r["f1"] for r in rows),
         "exact": sum(r.get("exact", False) for r in rows) / n,
+        "short_given": sum(bool(r.get("short")) for r in rows) / n,
+        "short_f1": statistics.fmean(r.get("short_f1", r["f1"]) for r in rows),
+        "short_exact": sum(r.get("short_exact", r.get("exact", False)) for r in rows) / n,
+        "short_gold": sum(r.get("short_gold", r["gold_in_answer"]) for r in rows) / n,
         "gold_in_source": sum(r["gold_in_source"] for r in rows) / n,
         "answer_marked": sum(r.get("answer_marked", False) for r in rows) / n,
         "marked_holds_gold": sum(r.get("marked_holds_gold", False) for r in rows) / n,
@@ -358,17 +367,20 @@ HEADER = f"{'doc':<22} {'question':<44} {'ok':>4} {'loop':>4} {'stop':>7} {'tok'
 
 def summary_lines(result: dict[str, Any], *, per_document: bool = True) -> list[str]:
     """The summary as a table: all questions, then each language, then (unless per_document=False) each document.
-    gold: the answer contains a gold answer (SQuAD-normalised); f1: token F1; em: exact match; src: the first source
+    gold: the answer contains a gold answer (SQuAD-normalised); f1: token F1; em: exact match; short f1 / em: the
+    same of the shortest phrase shown first (the whole answer where there is none); src: the first source
     contains it; lang: the answer is in the question's language; marked: answers marked as naming what the document
     lacks (of them wrong)."""
     def line(name: str, s: dict[str, Any]) -> str:
         stops = ", ".join(f"{k} {v}" for k, v in sorted(s["stop_reasons"].items()))
         marked = "n/a" if s["marked"] is None else f"{s['marked']} ({s['marked_wrong']})"
         return (f"{fit(name, 26)} {s['questions']:>3} {s['gold_in_answer']:>6.0%} {s['f1']:>5.2f} {s['exact']:>4.0%} "
-                f"{s['gold_in_source']:>5.0%} {s['looping']:>6.0%} {s['looped_to_limit']:>6.0%} "
+                f"{s['short_f1']:>5.2f} {s['short_exact']:>4.0%} {s['gold_in_source']:>5.0%} {s['looping']:>6.0%} "
+                f"{s['looped_to_limit']:>6.0%} "
                 f"{s['answer_in_question_lang']:>5.0%} {s['median_ttft_s']:>6.2f} {s['median_s']:>6.2f} "
                 f"{marked:>8}  {stops}")
-    lines = [f"{'':<26} {'n':>3} {'gold':>6} {'f1':>5} {'em':>4} {'src':>5} {'loop':>6} {'limit':>6} {'lang':>5} "
+    lines = [f"{'':<26} {'n':>3} {'gold':>6} {'f1':>5} {'em':>4} {'sf1':>5} {'sem':>4} {'src':>5} {'loop':>6} "
+             f"{'limit':>6} {'lang':>5} "
              f"{'ttft':>6} {'ans s':>6} {'marked':>8}  stop reasons", line("all", result["all"])]
     lines += [line(f"language {k}", s) for k, s in result["by_language"].items()]
     if per_document:

@@ -1,5 +1,6 @@
 """A fake engine at the seam (kvqa.engines.base.Engine), for tests of the app, sessions and limits that do not test
-the model: it "reads" a document by counting its words and answers by echoing the question's first words."""
+the model: it "reads" a document by counting its words and answers by echoing the question's first words (or with
+the reply it was given for that question)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class FakeEngine:
     options = Decoding()  # the default settings: a question is handed its best passage to quote
 
     def __init__(self, context_tokens: int = 8192, *, keeps_caches: bool = False, chunks: int = 1,
-                 on_chunk: Callable[[Document, int], None] | None = None, model: str = "fake"):
+                 on_chunk: Callable[[Document, int], None] | None = None, model: str = "fake",
+                 replies: dict[str, str] | None = None):
         self.model = model  # the name info gives (a preset's, to see what the app says of that model)
         self.asked: list[Question] = []  # every question as it reached the engine, in order
         self.prefills = 0
@@ -35,6 +37,7 @@ class FakeEngine:
         self.stored: set[str] = set()
         self.chunks = chunks  # progress calls per read
         self.on_chunk = on_chunk  # called before each of them: tests hold a read there, or act mid-read
+        self.replies = replies or {}  # question -> the answer's text, instead of the question's first words
 
     loaded = True
 
@@ -78,7 +81,7 @@ class FakeEngine:
 
     def _answer(self, question: Question, used_cache: bool) -> Iterator[str | Answer]:
         self.asked.append(question)
-        words = question.text.split()[:3]
+        words = self.replies[question.text].split() if question.text in self.replies else question.text.split()[:3]
         for word in words:
             yield word + " "
         timings = Timings(question_tokens=len(question.text.split()), new_tokens=len(words), ttft_s=0.001,

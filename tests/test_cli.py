@@ -42,14 +42,15 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert result["read_s"] == result["prefill_s"]
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
-        assert set(a) == {"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
-                          "sources", "unsupported", "unquoted", "part", "also"}
+        assert set(a) == {"question", "answer", "short", "question_tokens", "new_tokens", "ttft_s", "answer_s",
+                          "stop_reason", "sources", "unsupported", "unquoted", "part", "also"}
         assert a["part"] == {"unit": "characters", "first": 1, "last": len(DOC)}
         assert isinstance(a["unsupported"], list)
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
     assert "pelican" in result["answers"][0]["answer"].lower()
     first = result["answers"][0]["sources"][0]
-    assert set(first) == {"page", "start", "end", "text", "mark_start", "mark_end", "answer_start", "answer_end"}
+    assert set(first) == {"page", "start", "end", "text", "mark_start", "mark_end", "answer_start", "answer_end",
+                          "short_start", "short_end"}
     assert "pelican" in first["text"]
     assert first["page"] is None and first["start"] <= first["mark_start"] < first["mark_end"] <= first["end"]
     assert doc_path.read_text()[first["start"]: first["end"]] == first["text"]

@@ -121,11 +121,11 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
 
 
 def text_context(text: str, start: int, end: int, mark: tuple[int, int] = (0, 0), *, around: int = 600,
-                 answer: tuple[int, int] | None = None) -> str:
+                 answer: tuple[int, int] | None = None, short: bool = False) -> str:
     """HTML: the passage text[start:end] in its surrounding text (about `around` characters each side), the passage
     highlighted and its best-matching sentence `mark` (offsets into text) marked more strongly, the answer's own words
-    in it (`answer`, offsets into text) in bold. Markdown tables in it are shown as HTML tables, with their header
-    (kvqa.documents.tables.context_html)."""
+    in it (`answer`, offsets into text; short: they are its shortest phrase) in bold. Markdown tables in it are shown
+    as HTML tables, with their header (kvqa.documents.tables.context_html)."""
     a, b = max(0, start - around), min(len(text), end + around)
     if 0 < a < start:  # from a word's start (CJK has no spaces: from where it is)
         a = min(text.find(" ", a, start) + 1 or a, start)
@@ -140,12 +140,13 @@ def text_context(text: str, start: int, end: int, mark: tuple[int, int] = (0, 0)
                 + "</div>")
 
     a0, a1 = answer if answer and start <= answer[0] < answer[1] <= end else (start, start)
+    bold = "kvqa-answer kvqa-short" if short else "kvqa-answer"
 
     def esc(i: int, j: int) -> str:  # text[i:j], escaped, the answer's words in it in bold
         i0, j0 = max(i, a0), min(j, a1)
         if j0 <= i0:
             return html.escape(text[i:j])
-        return (html.escape(text[i:i0]) + "<strong class='kvqa-answer'>" + html.escape(text[i0:j0]) + "</strong>"
+        return (html.escape(text[i:i0]) + f"<strong class='{bold}'>" + html.escape(text[i0:j0]) + "</strong>"
                 + html.escape(text[j0:j]))
 
     return ("<div class='kvqa-context'>" + ("… " if a > 0 else "") + esc(a, start)

@@ -58,11 +58,17 @@ class Source:
     score: float
     mark: tuple[int, int] = (0, 0)
     answer: tuple[int, int] | None = None  # where the answer's own words stand in it (answer_span), if they do
+    short: tuple[int, int] | None = None  # where the answer's shortest phrase stands in it (kvqa.evidence.short)
 
     @property
     def marked(self) -> str:
         """The best-matching sentence's text ("" when none)."""
         return self.text[self.mark[0] - self.start: self.mark[1] - self.start]
+
+    @property
+    def bold(self) -> tuple[int, int] | None:
+        """What to show in bold in it: the answer's shortest phrase where it is there, else the answer's own words."""
+        return self.short or self.answer
 
     @property
     def answered(self) -> str:
@@ -72,12 +78,14 @@ class Source:
 
 def source_dict(source: Source) -> dict:
     """A source as JSON: page (PDFs), start and end (character offsets into the document's text), text, and the
-    best-matching sentence's offsets (mark_start, mark_end), and the answer's own words' in it (answer_start,
-    answer_end; None when they are not there)."""
+    best-matching sentence's offsets (mark_start, mark_end), the answer's own words' in it (answer_start,
+    answer_end) and its shortest phrase's (short_start, short_end; each None when not there)."""
     return {"page": source.page, "start": source.start, "end": source.end, "text": source.text,
             "mark_start": source.mark[0], "mark_end": source.mark[1],
             "answer_start": source.answer[0] if source.answer else None,
-            "answer_end": source.answer[1] if source.answer else None}
+            "answer_end": source.answer[1] if source.answer else None,
+            "short_start": source.short[0] if source.short else None,
+            "short_end": source.short[1] if source.short else None}
 
 
 def terms(text: str) -> list[str]:
@@ -377,7 +385,7 @@ _CJK_CHARS = _CJK.pattern[1:-1]  # the ranges inside _CJK's brackets
 _UNIT = re.compile(rf"[{_CJK_CHARS}]|[^\W_{_CJK_CHARS}]+")  # a CJK character, or a run of other letters or digits
 
 
-def _units(text: str, offset: int = 0) -> list[tuple[str, int, int]]:
+def units(text: str, offset: int = 0) -> list[tuple[str, int, int]]:
     """The text's words (a CJK character each), lower-cased, with their offsets."""
     return [(m.group().lower(), offset + m.start(), offset + m.end()) for m in _UNIT.finditer(text)]
 
@@ -388,8 +396,8 @@ def answer_span(text: str, start: int, end: int, answer: str, question: str = ""
     (the longest of those first), without such words at its ends; it must hold a number, a word of two letters or
     more, or two CJK characters of its own. Offsets into text; None when no run qualifies, so a reader sees at a
     glance whether the passage holds what the answer says."""
-    said, passage = _units(answer), _units(text[start:end], start)
-    asked = {word for word, _, _ in _units(question)}
+    said, passage = units(answer), units(text[start:end], start)
+    asked = {word for word, _, _ in units(question)}
     if not said or not passage:
         return None
     new = [word not in asked and word not in STOPWORDS for word, _, _ in passage]

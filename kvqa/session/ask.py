@@ -22,6 +22,7 @@ from kvqa.documents.parts import span_of
 from kvqa.documents.reading import Document
 from kvqa.engines import Engine, LocalEngine
 from kvqa.evidence.routing import route
+from kvqa.evidence.short import mark_short, short_answer
 from kvqa.evidence.sources import Ranking, rank
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.loading import LoadedModel
@@ -90,13 +91,15 @@ def _quoted(engine: Engine, asked: Question) -> Callable[[Sequence[int] | None],
 def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
                   quoted: Callable[[Sequence[int] | None], list[str]]) -> Iterator[str | Answer]:
     """The answer's events, its Answer given the passages it relies on (in the model's order when it reranked them),
-    what it names that the document lacks, and the figures it took from outside the passage its turn quoted."""
+    its shortest phrase (kvqa.evidence.short, marked in them), what it names that the document lacks, and the figures
+    it took from outside the passage its turn quoted."""
     try:
         for event in events.events():
             if isinstance(event, Answer):
                 started = time.perf_counter()
                 found = ranking.sources(event.text, pages=document.pages is not None, order=event.order)
-                event = replace(event, sources=tuple(found),
+                short = short_answer(event.text, ranking.question, found)
+                event = replace(event, sources=mark_short(found, short), short=short,
                                 unsupported=unsupported(event.text, document.text, ranking.question),
                                 unquoted=unquoted(event.text, quoted(event.order), document.text, ranking.question),
                                 timings=replace(event.timings, sources_s=time.perf_counter() - started))

@@ -98,6 +98,7 @@ class Turn:
     baseline_same: bool | None = None  # that recomputed answer's tokens were the cached answer's
     stop_reason: str = "eos"  # "stopped": the user pressed Stop; timings cover what was generated until then
     sources: tuple[Source, ...] = ()  # the document's passages the answer relies on
+    short: str = ""  # the answer's shortest phrase that answers (kvqa.evidence.short); "" when none stands out
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks
     unquoted: tuple[str, ...] = ()  # numbers in the answer that the document has but not the passage quoted to it
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
@@ -222,8 +223,8 @@ class Session:
             yield from pieces
             result = pieces.answer
         self.turns.append(Turn(question, result.text, result.timings, stop_reason=result.stop_reason,
-                               sources=result.sources, unsupported=result.unsupported, unquoted=result.unquoted,
-                               part=self.document.part))
+                               sources=result.sources, short=result.short, unsupported=result.unsupported,
+                               unquoted=result.unquoted, part=self.document.part))
         return result
 
     def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
@@ -253,7 +254,8 @@ class Session:
                                            evidence=evidence, prompt=self.prefilled.prompt).answer
             measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
         self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
-                               stop_reason=result.stop_reason, sources=result.sources, follows=len(history),
+                               stop_reason=result.stop_reason, sources=result.sources, short=result.short,
+                               follows=len(history),
                                unsupported=result.unsupported, unquoted=result.unquoted, part=self.document.part,
                                also=self._also))
         return result

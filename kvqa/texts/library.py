@@ -463,6 +463,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "origin.memory": ("shared with another session: {seconds:.2f} s", "与另一个会话共享：{seconds:.2f} 秒"),
     "origin.ahead": ("read ahead: {seconds:.2f} s", "已预先读取：{seconds:.2f} 秒"),
     "origin.kept": ("still in memory: {seconds:.2f} s", "仍在内存中：{seconds:.2f} 秒"),
+    "answer.short": ("In short: {phrase}", "简答：{phrase}"),
     "answer.unsupported": ("Not found in the document: {items}. Check these against the source.",
                            "文档中找不到：{items}。请对照原文核实。"),
     "answer.unquoted": ("Not in the passage quoted to the model: {items} (the document has them elsewhere). Check "

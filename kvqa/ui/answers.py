@@ -25,6 +25,13 @@ def latency_line(timings, *, stop_reason: str = "eos", follows: int = 0, lang: s
     return f"\n\n<sub>{figures}{drafted}{server_cache_note(t, lang)}{stopped}{after}</sub>"
 
 
+def short_line(short: str, lang: str = "en") -> str:
+    """Above an answer: its shortest phrase (kvqa.evidence.short), bold; nothing when none stands out."""
+    if not short:
+        return ""
+    return f"<p class='kvqa-short'>{say('answer.short', lang, phrase=f'<b>{html.escape(short)}</b>')}</p>\n\n"
+
+
 def part_line(part, lang: str = "en") -> str:
     """Under an answer from a document cut into parts: which part it came from."""
     return f"\n\n<sub>{say('answer.part', lang, part=render(part.name, lang))}</sub>" if part is not None else ""
@@ -65,8 +72,9 @@ def sources_block(sources, lang: str = "en", unsupported=(), unquoted=()) -> str
 
 
 def _marked_quote(source) -> str:
-    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark> and the answer's own words in
-    it (Source.answer) in <strong class='kvqa-answer'>, so a reader sees at a glance where the passage says it."""
+    """The source's text on one line, HTML-escaped, its best-matching sentence in <mark> and the answer's shortest
+    phrase in it, else its own words (Source.bold), in <strong class='kvqa-answer'> (kvqa-short too when it is the
+    phrase), so a reader sees at a glance where the passage says it."""
     def flat(text):  # each run of whitespace as one space, kept where it was (none is added: CJK has no spaces)
         return html.escape(re.sub(r"\s+", " ", text))
 
@@ -74,13 +82,14 @@ def _marked_quote(source) -> str:
         a, b = (span[0] - source.start, span[1] - source.start) if span else (0, 0)
         return (a, b) if 0 <= a < b <= len(source.text) else (0, 0)
 
-    sentence, said = within(source.mark), within(source.answer)
+    sentence, said = within(source.mark), within(source.bold)
+    bold = "kvqa-answer kvqa-short" if source.short else "kvqa-answer"
     cuts = sorted({0, len(source.text), *sentence, *said})
     pieces = []
     for a, b in zip(cuts, cuts[1:]):
         piece = flat(source.text[a:b])
         if said[0] <= a and b <= said[1]:
-            piece = f"<strong class='kvqa-answer'>{piece}</strong>"
+            piece = f"<strong class='{bold}'>{piece}</strong>"
         if sentence[0] <= a and b <= sentence[1]:
             piece = f"<mark>{piece}</mark>"
         pieces.append(piece)
@@ -93,7 +102,7 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant",
-                         "content": (turn.answer or "…") + part_line(turn.part, lang)
+                         "content": short_line(turn.short, lang) + (turn.answer or "…") + part_line(turn.part, lang)
                          + sources_block(turn.sources, lang, turn.unsupported, turn.unquoted)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages

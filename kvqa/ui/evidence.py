@@ -61,7 +61,8 @@ class EvidenceView:
                 note = say("evidence.no_render", lang, page=source.page, why=str(e))
         read = select(session.whole, turn.part.first, turn.part.last) if turn.part else session.whole
         # offsets into what was read
-        context = text_context(read.text, source.start, source.end, source.mark, answer=source.answer)
+        context = text_context(read.text, source.start, source.end, source.mark, answer=source.bold,
+                               short=source.short is not None)
         return {self.page.evidence_pick: gr.update(choices=choices, value=pick),
                 self.page.evidence_page: gr.update(value=page, visible=page is not None),
                 self.page.evidence_text: (f"<p class='kvqa-evidence-note'>{html.escape(note)}</p>" if note else "")
