@@ -127,7 +127,7 @@ class Config:
     device: str = "auto"  # auto: cuda, then mps, then cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float16 on mps, float32 on cpu
     attn_implementation: str = "auto"  # auto: flash_attention_2 on cuda when installed, else sdpa
-    weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the default model on a CPU in float32
+    weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the offline models on a CPU in float32
     #                        (the models int8 was measured not to cost answers: kvqa.model.weights.INT8_KEEPS_ANSWERS),
     #                        else fp32
     chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents

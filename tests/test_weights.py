@@ -22,6 +22,7 @@ from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_si
 from kvqa.cache.store import weights_fingerprint
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
+from kvqa.model import weights as weights_module
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.weights import (
     TO_BFLOAT16,
@@ -32,6 +33,7 @@ from kvqa.model.weights import (
     choose_widening,
     int8_rows,
     product,
+    products_of,
     weight_bytes,
 )
 from test_exactness import assert_question_logits_as_in_the_same_chunks
@@ -62,6 +64,26 @@ def test_int8_rows_are_each_row_rounded_to_its_own_scale():
     error = (rows.float() * scales.float()[:, None] - weight).abs()
     assert bool((error <= scales.float()[:, None] * 0.5 + 1e-7 + weight.abs() * 2**-7).all())  # half a step
     assert float(error.max(dim=1).values[0]) < 1e-4  # the smallest row keeps its own precision
+
+
+def test_grouped_int8_rows_round_each_run_to_its_own_scale():
+    """With a group, each run of 32 weights of a row has its own scale: a row whose first weights are 1,000 times
+    its last keeps the small ones' precision, which one scale a row loses."""
+    torch.manual_seed(0)
+    weight = torch.randn(8, 128) * torch.cat([torch.full((32,), 1.0), torch.full((96,), 1e-3)])
+    rows, scales = int8_rows(weight, 32)
+    assert rows.dtype == torch.int8 and scales.dtype == torch.bfloat16 and scales.shape == (8, 4)
+    grouped = (rows.float().view(8, 4, 32) * scales.float()[:, :, None]).view(8, 128)
+    per_row = int8_rows(weight)
+    per_row = per_row[0].float() * per_row[1].float()[:, None]
+    small = slice(32, 128)
+    assert (grouped - weight)[:, small].abs().max() < 5e-5 < 1e-3 < (per_row - weight)[:, small].abs().max()
+    embedding = Int8Embedding(rows, scales, None)  # the embedding reads the same runs
+    assert torch.equal(embedding(torch.tensor([3, 5])), grouped[[3, 5]])
+    linear = Int8Linear(rows, scales, TO_FLOAT32)
+    x = torch.randn(TO_FLOAT32.rows + 1, 128)  # a long product: the rows widened with their runs' scales
+    assert torch.equal(linear(x), F.linear(x, grouped))
+    torch.testing.assert_close(linear(x[:1]), linear(x)[:1], rtol=1e-5, atol=1e-5)  # and a short one
 
 
 WIDENINGS = pytest.mark.parametrize("widening", [TO_FLOAT32, TO_BFLOAT16], ids=str)
@@ -162,6 +184,19 @@ def test_the_int8_decode_step_is_the_forward_bit_for_bit(int8_lm, default_lm):
         assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
 
 
+def test_grouped_int8_weights_step_as_the_forward_bit_for_bit(default_lm, monkeypatch):
+    """A model of INT8_GROUPS (Gemma 3 270M: a scale per 32 weights) gets grouped rows everywhere, its written-out
+    step still the forward's bits, and the grouping named in what keys its caches."""
+    monkeypatch.setitem(weights_module.INT8_GROUPS, "tiny-gemma", 32)
+    lm = tiny_gemma(default_lm.tokenizer, weights="int8")
+    assert lm.model.model.layers[0].mlp.down_proj.scales.shape == (64, 128 // 32)
+    assert lm.model.get_input_embeddings().scales.shape == (len(default_lm.tokenizer), 64 // 32)
+    assert "a scale per 32 weights" in products_of(lm.model)
+    for prompt_tokens in (9, 40):
+        (fast_logits, _), (forward_logits, _) = steps_both_ways(lm, prompt_tokens=prompt_tokens, steps=8)
+        assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
+
+
 def test_the_fused_int8_projections_are_the_modules_own_rows(int8_lm, default_lm):
     attn = int8_lm.model.model.layers[2].self_attn
     fused = int8_lm.step.qkv[2]
@@ -240,7 +275,8 @@ def test_the_form_is_chosen_or_refused_with_a_message():
     measured = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")  # the CI machines: AVX2, AVX-512
     default = kvqa.config.DEFAULT_MODEL
     assert choose_weights("auto", cpu, torch.float32, model=default) == ("int8" if measured else "fp32")
-    for other in ("gemma-3-270m", "Qwen/Qwen2.5-0.5B-Instruct", ""):  # int8 lost Chinese answers / not measured
+    assert choose_weights("auto", cpu, torch.float32, model="gemma-3-270m") == ("int8" if measured else "fp32")
+    for other in ("Qwen/Qwen2.5-0.5B-Instruct", ""):  # not measured
         assert choose_weights("auto", cpu, torch.float32, model=other) == "fp32"
     assert choose_weights("int8", cpu, torch.float32, model="gemma-3-270m") == "int8"  # asked for: yes
     assert choose_weights("auto", cpu, torch.bfloat16, model=default) == "fp32"

@@ -23,7 +23,15 @@ from kvqa.model.kv_cache import unsupported_reason
 from kvqa.model.llama_step import LlamaStep
 from kvqa.model.llama_step import supports as can_step
 from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model
-from kvqa.model.weights import Widening, cache_dtype, choose_weights, choose_widening, quantize, weight_bytes
+from kvqa.model.weights import (
+    Widening,
+    cache_dtype,
+    choose_weights,
+    choose_widening,
+    int8_group,
+    quantize,
+    weight_bytes,
+)
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -159,7 +167,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
     weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
     widening = widening or choose_widening()
-    quantize(model, weights, widening, kernel)
+    quantize(model, weights, widening, kernel, group=int8_group(name))
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(GROUPED_SDPA)

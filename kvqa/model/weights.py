@@ -2,11 +2,11 @@
 
 Decoding reads every weight once per token, so on a CPU its time is mostly bytes / memory bandwidth. int8 stores
 each row of every linear layer (attention, MLP, the output layer) and of the token embedding as int8 times one
-bfloat16 scale per row (symmetric, round to nearest): a quarter of float32's bytes. Products of few input rows (a
+bfloat16 scale per row (symmetric, round to nearest), or for a model of INT8_GROUPS one per run of 32 weights of a
+row (Gemma 3 270M, whose Chinese answers one a row cost): a quarter of float32's bytes. Products of few input rows (a
 decode step, a drafted run) run through an int8 kernel (kvqa.model.kernels.int8_kernel: kvqa's own, built for this CPU,
-float32
-inputs and sums; or torch's `_weight_int8pack_mm`, inputs rounded to bfloat16), which reads each weight as its one
-byte: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
+float32 inputs and sums; or torch's `_weight_int8pack_mm`, inputs rounded to bfloat16), which reads each weight as
+its one byte: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
 question's turn, a prefill chunk) are compute-bound, and those kernels are slow there: the int8 rows are widened for
 that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
 then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
@@ -28,13 +28,21 @@ import torch
 import torch.nn.functional as F
 
 from kvqa.errors import ModelError
-from kvqa.model.kernels.int8_kernel import Int8Kernel, choose_kernel
+from kvqa.model.kernels.int8_kernel import Int8Kernel, choose_kernel, widened
 
 FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
 MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was measured faster; elsewhere auto: fp32
 # Models whose int8 answers on the real sets held the gold within 2 points of float32's (docs/quality.md): auto picks
-# int8 for these alone. Gemma 3 270M lost 2.4 and 2.8 points in Chinese, so it keeps float32; others: not measured.
-INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct",)
+# int8 for these alone. Gemma 3 270M lost 2.4-5.7 points in Chinese with a scale a row, and 1 answer of 53 held out
+# (none over 107) with a scale per 32 weights (INT8_GROUPS); others: not measured.
+INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct", "gemma-3-270m")
+# Models whose int8 weights keep a scale per run of this many weights of a row instead of one a row (int8_rows).
+INT8_GROUPS: dict[str, int] = {"gemma-3-270m": 32}
+
+
+def int8_group(model: str) -> int | None:
+    """The run of a row's weights one int8 scale covers for this model (INT8_GROUPS); None: the whole row."""
+    return INT8_GROUPS.get(model)
 
 
 @dataclass(frozen=True)
@@ -106,10 +114,10 @@ def int8_product(rows: torch.Tensor, scales: torch.Tensor, widening: Widening, k
     flat = x.reshape(-1, x.shape[-1])
     if flat.shape[0] < widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
         y = kernel(flat, rows, scales).to(x.dtype)
-    elif widening.dtype == torch.bfloat16:  # compute-bound, on bfloat16 matrix units: the exact int8 rows
-        y = F.linear(flat.to(torch.bfloat16), rows.to(torch.bfloat16)).to(x.dtype) * scales.to(x.dtype)
-    else:  # compute-bound: float32's product, on the weights widened once
-        y = F.linear(flat, rows.to(x.dtype) * scales.to(x.dtype)[:, None])
+    elif widening.dtype == torch.bfloat16 and scales.dim() == 1:  # compute-bound, on bfloat16 matrix units: the
+        y = F.linear(flat.to(torch.bfloat16), rows.to(torch.bfloat16)).to(x.dtype) * scales.to(x.dtype)  # exact rows
+    else:  # compute-bound: float32's product, on the weights widened once (scales a group: always)
+        y = F.linear(flat, widened(rows, scales, x.dtype))
     return y.view(*x.shape[:-1], y.shape[-1])
 
 
@@ -135,16 +143,21 @@ class Int8Embedding(torch.nn.Module):
         self.embed_scale = embed_scale
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        x = F.embedding(ids, self.rows).float() * F.embedding(ids, self.scales[:, None]).float()
+        scales = F.embedding(ids, self.scales if self.scales.dim() == 2 else self.scales[:, None]).float()
+        x = F.embedding(ids, self.rows).float()
+        x = (x.unflatten(-1, (scales.shape[-1], -1)) * scales[..., None]).flatten(-2)  # a scale a row, or a group
         return x if self.embed_scale is None else x * self.embed_scale.to(x.dtype)
 
 
-def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 per row: (rows, bfloat16 scales) with rows * scales as close to weight as int8 allows."""
+def int8_rows(weight: torch.Tensor, group: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8: (rows, bfloat16 scales) with rows * scales as close to weight as int8 allows, one scale a row
+    (N,), or with group, one a run of `group` weights of a row (N, K / group), as llama.cpp's Q8_0 has one per 32."""
     weight = weight.detach().float()
-    scales = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).to(torch.bfloat16)
-    rows = torch.round(weight / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)
-    return rows, scales
+    n, k = weight.shape
+    runs = weight.view(n, k // group if group else 1, -1)
+    scales = (runs.abs().amax(dim=2) / 127).clamp(min=1e-12).to(torch.bfloat16)
+    rows = torch.round(runs / scales.float()[:, :, None]).clamp(-127, 127).to(torch.int8).view(n, k)
+    return rows, scales if group else scales[:, 0].contiguous()
 
 
 def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, model: str = "",
@@ -164,10 +177,10 @@ def choose_weights(name: str, device: torch.device, dtype: torch.dtype, *, model
 
 @torch.no_grad()
 def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None,
-             kernel: Int8Kernel | None = None) -> torch.nn.Module:
-    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, their short
-    products through `kernel` (default: choose_kernel()), their long ones widened as `widening` says (default:
-    choose_widening())."""
+             kernel: Int8Kernel | None = None, group: int | None = None) -> torch.nn.Module:
+    """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, a scale a row
+    or (group) a scale a run of `group` weights of a row (int8_rows), their short products through `kernel` (default:
+    choose_kernel()), their long ones widened as `widening` says (default: choose_widening())."""
     if form == "fp32":
         return model
     widening = widening or choose_widening()
@@ -176,18 +189,19 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     head = model.get_output_embeddings()
     tied = head is not None and head.weight.data_ptr() == embedding.weight.data_ptr()
     for name, child in model.named_modules():  # the int8 kernels read 16 weights at a time (torch's misreads others)
-        if isinstance(child, torch.nn.Linear) and child.in_features % 16:
+        if isinstance(child, torch.nn.Linear) and child.in_features % (group or 16):
             raise ModelError("model.int8_width", layer=name, width=child.in_features)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, torch.nn.Linear) and child.bias is None and not (tied and child is head):
-                setattr(parent, name, Int8Linear(*int8_rows(child.weight), widening, kernel))
-    rows, scales = int8_rows(embedding.weight)
+                setattr(parent, name, Int8Linear(*int8_rows(child.weight, group), widening, kernel))
+    rows, scales = int8_rows(embedding.weight, group)
     model.set_input_embeddings(Int8Embedding(rows, scales, getattr(embedding, "embed_scale", None)))
     if tied:
         model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))  # one int8 matrix for both
     model.config.kvqa_weights = form
-    model.config.kvqa_products = f"{kernel} below {widening.rows} rows, {widening}"
+    model.config.kvqa_products = (f"{kernel} below {widening.rows} rows, {widening}"
+                                  + (f", a scale per {group} weights" if group else ""))
     model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
     return model
 

@@ -31,7 +31,8 @@ SOURCE = Path(__file__).with_name("int8_matmul.c")
 
 @dataclass(frozen=True)
 class Int8Kernel:
-    """A named product y = x W^T of float32 rows x and int8 rows W times bfloat16 scales (one per row of W)."""
+    """A named product y = x W^T of float32 rows x and int8 rows W times bfloat16 scales: one per row of W, (N,), or
+    one per group of K / groups consecutive weights of a row, (N, groups)."""
 
     name: str
     multiply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -46,7 +47,17 @@ class Int8Kernel:
 
 
 def _torch_multiply(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    if scales.dim() == 2:  # torch's kernel takes a scale a row only: the rows widened, as a long product is
+        return torch.nn.functional.linear(x, widened(rows, scales, x.dtype))
     return torch._weight_int8pack_mm(x.to(torch.bfloat16), rows, scales).to(x.dtype)
+
+
+def widened(rows: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The int8 rows times their scales (one a row, or one a group of each row's weights) in dtype."""
+    if scales.dim() == 1:
+        return rows.to(dtype) * scales.to(dtype)[:, None]
+    n, k = rows.shape
+    return (rows.view(n, scales.shape[1], -1).to(dtype) * scales.to(dtype)[:, :, None]).view(n, k)
 
 
 TORCH = Int8Kernel("torch's _weight_int8pack_mm", _torch_multiply)
@@ -56,19 +67,22 @@ def load(path: Path) -> Int8Kernel:
     """kvqa's kernel from a library build() made."""
     library = ctypes.CDLL(str(path))
     multiply = library.kvqa_int8_matmul
-    multiply.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int]
+    multiply.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 4 + [ctypes.c_int]
     multiply.restype = None
     lanes = library.kvqa_int8_lanes()  # 16 or 8: divides the widths Int8Kernel lets through
 
     def run(x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         x = x.float().contiguous()
         (m, k), n = x.shape, rows.shape[0]
-        if (rows.shape[1] != k or rows.dtype != torch.int8 or scales.dtype != torch.bfloat16 or scales.shape != (n,)
+        groups = scales.shape[1] if scales.dim() == 2 else 1
+        if (rows.shape[1] != k or rows.dtype != torch.int8 or scales.dtype != torch.bfloat16
+                or scales.shape not in ((n,), (n, groups)) or k % groups or (k // groups) % lanes
                 or not rows.is_contiguous() or not scales.is_contiguous()):  # what the C code reads, as it reads it
             raise ValueError(f"int8 product of {tuple(x.shape)} by {tuple(rows.shape)} {rows.dtype} rows, "
                              f"{scales.dtype} scales: shapes, dtypes or layout")
         y = torch.empty(m, n, dtype=torch.float32)
-        multiply(x.data_ptr(), rows.data_ptr(), scales.data_ptr(), y.data_ptr(), m, n, k, torch.get_num_threads())
+        multiply(x.data_ptr(), rows.data_ptr(), scales.data_ptr(), y.data_ptr(), m, n, k, k // groups,
+                 torch.get_num_threads())
         return y
 
     return Int8Kernel(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} kernel", run)

@@ -1,14 +1,16 @@
-/* kvqa's int8 product for few input rows (a decode step, a drafted run): y = x W^T, W held as int8 rows times one
- * bfloat16 scale per row (kvqa/weights.py), x and y float32. kvqa/int8_kernel.py builds it for the CPU it runs on
- * (cc -O3 -march=native -fopenmp) and calls it through ctypes.
+/* kvqa's int8 product for few input rows (a decode step, a drafted run): y = x W^T, W held as int8 rows times
+ * bfloat16 scales (kvqa/model/weights.py): one per row, or one per group of G consecutive weights of a row (as
+ * llama.cpp's Q8_0 has one per 32), x and y float32. kvqa/model/kernels/int8_kernel.py builds it for the CPU it runs
+ * on (cc -O3 -march=native -fopenmp) and calls it through ctypes.
  *
  * Such a product is memory-bound: every weight is read once for the few input rows. So the weights are read as they
  * are stored, one byte each, widened to float32 in registers, and the rows ROWS * AHEAD ahead are prefetched (the
  * prefetch is what brings the reading up to float32's rate here; docs/performance.md). The products and sums are
- * float32 (the inputs are not rounded). Each output element is one accumulator of LANES lanes summed in ascending k,
- * then the lanes added and the sum times the scale: the same operations in the same order whatever the number of
- * input rows and wherever the row falls in a block, so an output row depends on its own input row alone, bit for bit.
- * K must be a multiple of LANES (int8_kernel.py lets multiples of 16 through). */
+ * float32 (the inputs are not rounded). Each output element is one accumulator of LANES lanes summed in ascending k
+ * (with groups: one per group, each added times its scale into a second accumulator as the group ends), then the
+ * lanes added (and times the row's scale): the same operations in the same order whatever the number of input rows
+ * and wherever the row falls in a block, so an output row depends on its own input row alone, bit for bit.
+ * K must be a multiple of LANES, G of LANES and K of G (int8_kernel.py lets multiples of 16 through). */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -22,6 +24,7 @@ static inline vec widen(const int8_t *w) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w)));
 }
 static inline vec madd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec broadcast(float f) { return _mm512_set1_ps(f); }
 static inline float total(vec a) { return _mm512_reduce_add_ps(a); }
 #elif defined(__AVX2__) && defined(__FMA__)
 #define LANES 8
@@ -32,6 +35,7 @@ static inline vec widen(const int8_t *w) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w)));
 }
 static inline vec madd(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vec broadcast(float f) { return _mm256_set1_ps(f); }
 static inline float total(vec a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -54,15 +58,13 @@ static inline float bfloat16(uint16_t bits) {
     return f;
 }
 
-/* rows x inputs outputs: weight rows n0.., input rows m0..; constant rows and inputs once inlined. */
-static inline __attribute__((always_inline)) void block(const float *x, const int8_t *w, const uint16_t *scale,
-                                                        float *y, int64_t N, int64_t K, int64_t n0, int64_t m0,
-                                                        int rows, int inputs) {
-    vec acc[INPUTS][ROWS];
+/* rows x inputs outputs: weight rows n0.., input rows m0..; k from k0 to k1 into acc. */
+static inline __attribute__((always_inline)) void span(vec acc[INPUTS][ROWS], const float *x, const int8_t *wn,
+                                                       int64_t K, int64_t m0, int64_t k0, int64_t k1, int rows,
+                                                       int inputs) {
     for (int i = 0; i < inputs; i++)
         for (int r = 0; r < rows; r++) acc[i][r] = zero();
-    const int8_t *wn = w + n0 * K;
-    for (int64_t k = 0; k < K; k += LANES) {
+    for (int64_t k = k0; k < k1; k += LANES) {
         if (m0 == 0 && k % 64 == 0)  /* one prefetch a 64-byte line, on the first pass over these rows */
             for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(wn + (AHEAD * ROWS + r) * K + k), _MM_HINT_T0);
         vec wv[ROWS];
@@ -72,12 +74,38 @@ static inline __attribute__((always_inline)) void block(const float *x, const in
             for (int r = 0; r < rows; r++) acc[i][r] = madd(xv, wv[r], acc[i][r]);
         }
     }
+}
+
+/* rows x inputs outputs: weight rows n0.., input rows m0..; G == K: one scale a row. Constant rows and inputs once
+ * inlined. */
+static inline __attribute__((always_inline)) void block(const float *x, const int8_t *w, const uint16_t *scale,
+                                                        float *y, int64_t N, int64_t K, int64_t G, int64_t n0,
+                                                        int64_t m0, int rows, int inputs) {
+    vec acc[INPUTS][ROWS];
+    const int8_t *wn = w + n0 * K;
+    if (G == K) {
+        span(acc, x, wn, K, m0, 0, K, rows, inputs);
+        for (int i = 0; i < inputs; i++)
+            for (int r = 0; r < rows; r++) y[(m0 + i) * N + n0 + r] = total(acc[i][r]) * bfloat16(scale[n0 + r]);
+        return;
+    }
+    vec sum[INPUTS][ROWS];
+    const int64_t groups = K / G;
     for (int i = 0; i < inputs; i++)
-        for (int r = 0; r < rows; r++) y[(m0 + i) * N + n0 + r] = total(acc[i][r]) * bfloat16(scale[n0 + r]);
+        for (int r = 0; r < rows; r++) sum[i][r] = zero();
+    for (int64_t g = 0; g < groups; g++) {
+        span(acc, x, wn, K, m0, g * G, (g + 1) * G, rows, inputs);
+        for (int r = 0; r < rows; r++) {
+            vec s = broadcast(bfloat16(scale[(n0 + r) * groups + g]));
+            for (int i = 0; i < inputs; i++) sum[i][r] = madd(acc[i][r], s, sum[i][r]);
+        }
+    }
+    for (int i = 0; i < inputs; i++)
+        for (int r = 0; r < rows; r++) y[(m0 + i) * N + n0 + r] = total(sum[i][r]);
 }
 
 void kvqa_int8_matmul(const float *x, const int8_t *w, const uint16_t *scale, float *y, int64_t M, int64_t N,
-                      int64_t K, int threads) {
+                      int64_t K, int64_t G, int threads) {
     int64_t blocks = (N + ROWS - 1) / ROWS;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
@@ -85,14 +113,14 @@ void kvqa_int8_matmul(const float *x, const int8_t *w, const uint16_t *scale, fl
         int64_t m0 = 0;
         if (n0 + ROWS <= N) {
             if (M == 1) {
-                block(x, w, scale, y, N, K, n0, 0, ROWS, 1);
+                block(x, w, scale, y, N, K, G, n0, 0, ROWS, 1);
                 continue;
             }
-            for (; m0 + INPUTS <= M; m0 += INPUTS) block(x, w, scale, y, N, K, n0, m0, ROWS, INPUTS);
-            for (; m0 < M; m0++) block(x, w, scale, y, N, K, n0, m0, ROWS, 1);
+            for (; m0 + INPUTS <= M; m0 += INPUTS) block(x, w, scale, y, N, K, G, n0, m0, ROWS, INPUTS);
+            for (; m0 < M; m0++) block(x, w, scale, y, N, K, G, n0, m0, ROWS, 1);
         } else {
             for (int64_t n = n0; n < N; n++)
-                for (m0 = 0; m0 < M; m0++) block(x, w, scale, y, N, K, n, m0, 1, 1);
+                for (m0 = 0; m0 < M; m0++) block(x, w, scale, y, N, K, G, n, m0, 1, 1);
         }
     }
 }
