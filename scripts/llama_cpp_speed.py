@@ -73,7 +73,8 @@ class LlamaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port), "-c", str(context),
-             "--parallel", "1", "-t", str(os.cpu_count() or 1), "--no-webui"],
+             "--parallel", "1", "-t", str(os.cpu_count() or 1), "--no-webui",
+             "--cache-ram", "0"],  # no prompt cache in host memory: the first read reads the document whole
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -153,7 +154,7 @@ def main() -> int:
             ids = lm.tokenizer(long, add_special_tokens=False)["input_ids"]
             cuts = {n: bench.cut_document(prompt, ids, n, name=bench.SAMPLE_DOCUMENT.name) for n in contexts}
             turns = {n: [prompt.question_ids(q, limit=config.limits.max_question_tokens,
-                                             quotes=_quotes(lm, document, q, config)) for q in questions]
+                                             quotes=_quotes(lm, document, q, config.decoding)) for q in questions]
                      for n, (document, _) in cuts.items()}
         del lm
     ggufs = {"Q8_0": q8_0_gguf(default_model_dir(config.cache_dir), Path(tempfile.gettempdir()) / "smollm2-q8_0.gguf"),
