@@ -7,7 +7,9 @@ question the server first reads the prompt's prefix (the document) into its prom
 question's turn (the ids kvqa reads, its quoted passage included), greedy; its own timings give the first token
 (prompt_ms: the turn's tokens read against the cached document) and the decode step (predicted_ms / predicted_n); the
 first read is the server reading the whole prefix after a prompt that shares none of it (its prompt_n / prompt_ms),
-against kvqa's prefill of the same ids (tokens/s).
+against kvqa's prefill of the same ids (tokens/s). Beside each decode step its floor on this machine: the bytes a step
+reads at least (the weights, or the GGUF file, and the keys and values held at the context: float32 for kvqa,
+llama.cpp's default float16) over the memory read bandwidth kvqa's bench measured in the same run.
 
     .venv/bin/python scripts/llama_cpp_speed.py --contexts 1024,4096 --questions 3 [--weights fp32,int8] [--json]
 """
@@ -27,6 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,6 +39,7 @@ from load_test import free_port  # noqa: E402  (scripts/, this script's folder)
 from kvqa.bench import run as bench  # noqa: E402
 from kvqa.bench.methods import _quotes  # noqa: E402
 from kvqa.config import Config  # noqa: E402
+from kvqa.model.kv_cache import bytes_per_token  # noqa: E402
 from kvqa.model.loading import default_model_dir, load_model  # noqa: E402
 from kvqa.model.offline import SMOLLM2, gguf_path  # noqa: E402
 from kvqa.prompt import prompt_for  # noqa: E402
@@ -146,8 +150,10 @@ def main() -> int:
                          "target": row["target_context_tokens"], "ttft_s": row["ttft_s"],
                          "read_tokens": row["context_tokens"], "read_tokens_per_s": row["prefill_tokens_per_s"],
                          "decode_step_s": row["decode_step_s"], "decode_tokens_per_s": row["decode_tokens_per_s"],
-                         "answers": row["answers"],
+                         "answers": row["answers"], "decode_floor_s": row["decode_floor_s"],
                          "file_bytes": lm.weight_bytes})
+        bandwidth = run["machine"]["bandwidth_gb_s"] * 1e9  # bytes/s, measured once per bench run: the last one's
+        kv_f16 = bytes_per_token(lm.config, torch.float16)  # a token's keys and values in llama.cpp's default cache
         if not cuts:  # the ids every engine reads: the prefix, then each question's turn as kvqa builds it
             prompt = prompt_for(lm.tokenizer)
             long = bench.long_text(text, lm.tokenizer, max(contexts) + 64)
@@ -163,7 +169,8 @@ def main() -> int:
         say(f"llama.cpp, {name} ({gguf.stat().st_size / 2**20:.0f} MiB) ...")
         server = LlamaServer(Path(args.server), gguf, max(contexts) + 1024)
         try:
-            rows += [{**row, "file_bytes": gguf.stat().st_size}
+            rows += [{**row, "file_bytes": gguf.stat().st_size,
+                      "decode_floor_s": (gguf.stat().st_size + kv_f16 * row["context_tokens"]) / bandwidth}
                      for row in llama_rows(server, name, cuts, turns, args.max_new_tokens)]
         finally:
             server.stop()
@@ -175,16 +182,19 @@ def main() -> int:
         pairs = zip(row["answers"], reference[row["target"]])
         row["same_as_kvqa_first"] = sum(a.strip() == b.strip() for a, b in pairs)
     if args.json:
-        print(json.dumps({"machine": os.uname().nodename, "cpus": os.cpu_count(), "rows": rows}, ensure_ascii=False))
+        print(json.dumps({"machine": os.uname().nodename, "cpus": os.cpu_count(), "bandwidth_gb_s": bandwidth / 1e9,
+                          "rows": rows}, ensure_ascii=False))
         return 0
+    print(f"memory read bandwidth {bandwidth / 1e9:.1f} GB/s (kvqa's bench, this run); floor = the bytes a step reads "
+          "at least / bandwidth\n")
     print(f"| engine | weights (MiB) | context | first read (tokens/s) | question's turn (tokens) | TTFT | "
-          f"decode step | decode tok/s | answers as kvqa {args.weights.split(',')[0]}'s |")
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|")
+          f"decode step | its floor | decode tok/s | answers as kvqa {args.weights.split(',')[0]}'s |")
+    print("|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for row in rows:
         step = row["decode_step_s"] or float("nan")
         print(f"| {row['engine']} | {row['weights']} ({row['file_bytes'] / 2**20:.0f}) | {row['context_tokens']:,} | "
               f"{row['read_tokens_per_s']:,.0f} ({row['read_tokens']:,}) | {', '.join(map(str, row['turn_tokens']))} | "
-              f"{row['ttft_s'] * 1000:.0f} ms | {step * 1000:.1f} ms | "
+              f"{row['ttft_s'] * 1000:.0f} ms | {step * 1000:.1f} ms | {row['decode_floor_s'] * 1000:.1f} ms | "
               f"{row['decode_tokens_per_s'] or 0:.1f} | {row['same_as_kvqa_first']} of {len(row['answers'])} |")
     return 0
 

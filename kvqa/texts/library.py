@@ -249,9 +249,9 @@ TEXTS: dict[str, tuple[str, str]] = {
         "int8 权重要求每一层的输入宽度是 16 的倍数，而 {layer} 的输入宽度为 {width}：请对此模型使用 --weights fp32。"),
     # a model's load, stage by stage (the first three only on its first use here)
     "load.assemble": ("{name}, first use here only: joining its packages", "{name}，仅首次使用：合并其安装包"),
-    "load.convert": ("{name}, first use here only: converting its GGUF to float32 (about a minute on 2 cores; later "
-                     "loads take seconds)",
-                     "{name}，仅首次使用：把 GGUF 转换为 float32（双核约一分钟；以后加载只需几秒）"),
+    "load.convert": ("{name}, first use here only: converting its GGUF to float32 (under a minute on 2 cores; "
+                     "later loads take seconds)",
+                     "{name}，仅首次使用：把 GGUF 转换为 float32（双核不到一分钟；以后加载只需几秒）"),
     "load.write": ("{name}, first use here only: writing the converted copy", "{name}，仅首次使用：写入转换后的副本"),
     "load.weights": ("{name}: loading the weights", "{name}：加载权重"),
     "load.prepare": ("{name}: preparing the weights for this machine", "{name}：为本机准备权重"),
