@@ -170,7 +170,7 @@ class KvqaApp:
                                  **private)
         page.chat.select(self.evidence.on_chat_select, [page.state, lang], page.viewer, **private)
         everything = self.language.outputs
-        self.demo.load(self.language.on_load, None, everything + [lang], **private)
+        self.demo.load(self.language.on_load, [page.state], everything + [lang], **private)
         lang.input(self.language.on_language, [lang, page.state], everything + [lang], **private)
         self.demo.unload(self.tabs.forget)
 

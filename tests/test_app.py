@@ -227,7 +227,7 @@ def test_the_page_opens_in_the_browsers_language():
     """On load, the switch takes the language of the request's Accept-Language header, and the page says so."""
     from types import SimpleNamespace
 
-    zh = UI.language.on_load(SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"}))
+    zh = UI.language.on_load(None, SimpleNamespace(headers={"accept-language": "zh-CN,zh;q=0.9,en;q=0.8"}))
     assert zh[UI.page.lang] == "zh" and zh[UI.page.status] == "还没有加载文档。"
     assert zh[UI.page.table]["headers"][1] == "问题"
     promise = zh[UI.page.promise_box]  # said without loading the model when it has not loaded yet
@@ -236,7 +236,7 @@ def test_the_page_opens_in_the_browsers_language():
     labels = {update.get("label") or update.get("value") or update.get("placeholder") for update in
               (zh[c] for c in UI.texts.fixed)}
     assert {"提问", "停止", "问与答", "新对话", "加载示例"} <= labels
-    en = UI.language.on_load(SimpleNamespace(headers={"accept-language": "en-GB,en;q=0.9"}))
+    en = UI.language.on_load(None, SimpleNamespace(headers={"accept-language": "en-GB,en;q=0.9"}))
     assert en[UI.page.lang] == "en" and en[UI.page.status] == "No document loaded yet."
 
 

@@ -102,3 +102,19 @@ def test_a_question_with_no_document_and_none_coming_is_refused_with_no_change()
     with pytest.warns(UserWarning, match="Nothing to stop"):
         ui.questions.on_stop(None, "en", tab_request())
 
+
+
+def test_a_page_whose_load_event_comes_after_its_first_read_keeps_the_document():
+    """On a busy machine the page's load event (the browser's language, the page said in it) can run after a document
+    pasted at once was read: the panels it says again are that session's, in the browser's language, not an empty
+    page's."""
+    ui = app_module.KvqaApp(Config(), FakeEngine(), budget=CacheBudget(2**30))
+    request = tab_request()
+    session = ui.reads.on_paste("学院现有教职工1200人。图书馆藏书81.6万册。", None, None, "en", request)[ui.page.state]
+    request.headers = {"accept-language": "zh-CN,zh;q=0.9"}
+    shown = ui.language.on_load(session, request)
+    assert shown[ui.page.lang] == "zh"
+    assert "已就绪" in str(shown[ui.page.status]) and "还没有加载文档" not in str(shown[ui.page.status])
+    fresh = tab_request()
+    fresh.headers = {"accept-language": "zh-CN,zh;q=0.9"}
+    assert "还没有加载文档" in str(ui.language.on_load(None, fresh)[ui.page.status])  # a tab with nothing read

@@ -51,10 +51,12 @@ class Language:
         """Everything the language changes: every panel, the part box and every fixed text, each once."""
         return list(dict.fromkeys(self.page.shown + [self.page.part, self.page.promise_box, *self.texts.fixed]))
 
-    def on_load(self, request: gr.Request = None) -> dict:
-        """UI, when the page opens: the language from the browser's Accept-Language header, and the page in it."""
+    def on_load(self, session=None, request: gr.Request = None) -> dict:
+        """UI, when the page opens: the language from the browser's Accept-Language header, and the page in it, with
+        the tab's session as it is by then (on a busy machine a document pasted and read at once can be ready before
+        this event runs: its panels are said again, not wiped)."""
         lang = language_of(request.headers.get("accept-language") if request is not None else None)
-        return {self.page.lang: lang} | self.on_language(lang, None, request)
+        return {self.page.lang: lang} | self.on_language(lang, session, request)
 
     def on_language(self, lang, session, request: gr.Request = None) -> dict:
         """UI: say everything on the page in `lang`: the fixed texts, the panels and the answers so far. Refused while
