@@ -127,10 +127,11 @@ def test_refusals_with_a_document_and_while_an_answer_streams(server, fresh_page
 
 
 def long_text() -> str:
-    """A document no other test reads (nothing cached for it), long enough that its read takes seconds."""
+    """A document no other test reads (nothing cached for it), long enough that its read takes seconds (about 2,150
+    tokens: five chunks of the prefill)."""
     facts = [f"Record {i}: the {colour} lighthouse on island {i} was painted in {1800 + i} by keeper {name}."
-             for i, (colour, name) in enumerate(zip(["red", "white", "green", "blue"] * 40,
-                                                    ["Ada", "Bo", "Cy", "Dee", "Eve"] * 32, strict=False))]
+             for i, (colour, name) in enumerate(zip(["red", "white", "green", "blue"] * 20,
+                                                    ["Ada", "Bo", "Cy", "Dee", "Eve"] * 16, strict=False))]
     return f"Lighthouse log {uuid.uuid4().hex}.\n\n" + "\n".join(facts)
 
 
