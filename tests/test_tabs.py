@@ -103,7 +103,6 @@ def test_a_question_with_no_document_and_none_coming_is_refused_with_no_change()
         ui.questions.on_stop(None, "en", tab_request())
 
 
-
 def test_a_page_whose_load_event_comes_after_its_first_read_keeps_the_document():
     """On a busy machine the page's load event (the browser's language, the page said in it) can run after a document
     pasted at once was read: the panels it says again are that session's, in the browser's language, not an empty

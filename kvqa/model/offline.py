@@ -177,22 +177,23 @@ def _one_parse_per_file() -> Iterator[None]:
     `gguf.GGUFReader(path)`, pure Python over every vocabulary entry), and builds gguf's tensor-name table anew for
     each of the model's modules; here each file is parsed once and the table built once per architecture. Measured
     2026-12-04 (2-core AMD EPYC, one process): Gemma 3 270M's weights 34.1 -> 10.4 s after its tokenizer, SmolLM2's
-    12.0 -> about 7 s; the weights equal bit for bit. Callers hold _converting."""
+    12.0 -> about 7 s; the weights equal bit for bit. One conversion at a time holds the swap (_converting)."""
     import gguf
 
-    reader, names, parsed = gguf.GGUFReader, gguf.get_tensor_name_map, {}
+    with _converting:
+        reader, names, parsed = gguf.GGUFReader, gguf.get_tensor_name_map, {}
 
-    def parsed_once(path, mode="r"):
-        key = (os.fspath(path), mode)
-        if key not in parsed:
-            parsed[key] = reader(path, mode)
-        return parsed[key]
+        def parsed_once(path, mode="r"):
+            key = (os.fspath(path), mode)
+            if key not in parsed:
+                parsed[key] = reader(path, mode)
+            return parsed[key]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = parsed_once, functools.cache(names)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
+        gguf.GGUFReader, gguf.get_tensor_name_map = parsed_once, functools.cache(names)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
 
 
 def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
@@ -211,7 +212,7 @@ def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
         gguf = gguf_path(model, partial)
         print(f"kvqa: converting {model.name} from {gguf.name} to float32 (once; under a minute)", file=sys.stderr)
         progress(0.05, Message("load.convert", name=model.name))
-        with _converting, _one_parse_per_file():
+        with _one_parse_per_file():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         settings = loaded.config.to_dict()
