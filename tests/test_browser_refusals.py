@@ -12,6 +12,13 @@ import uuid
 import pytest
 from playwright.sync_api import expect
 
+from conftest import served
+from fakes import FakeEngine
+from kvqa.config import Config
+from kvqa.errors import QuestionError
+from kvqa.prompt import MAX_QUESTION_CHARS
+from kvqa.results import Answer, AnswerStream
+from kvqa.timing import Timings
 from test_browser import CHROMIUM, browser  # noqa: F401 (the module's browser fixture)
 
 pytestmark = [pytest.mark.browser]
@@ -105,9 +112,40 @@ def test_every_refusal_before_a_document_keeps_the_page(server, fresh_page, tmp_
     assert page.locator('[data-testid="bot"]').count() == 0
 
 
-def test_refusals_with_a_document_and_while_an_answer_streams(server, fresh_page):
+class EndlessEngine(FakeEngine):
+    """The fake engine whose answers are written until they are stopped (a word every 50 ms, two minutes at most):
+    a test that acts while an answer streams cannot lose the race to the answer's end."""
+
+    def stream(self, doc, question, *, should_stop=None):
+        if len(question.text) > MAX_QUESTION_CHARS:  # refused before a word, as the real engines refuse it
+            raise QuestionError("question.too_many_chars", chars=len(question.text), limit=MAX_QUESTION_CHARS)
+
+        def pieces():
+            words, deadline = 0, time.monotonic() + 120
+            while not (should_stop is not None and should_stop()) and time.monotonic() < deadline:
+                words += 1
+                yield "word "
+                time.sleep(0.05)
+            yield Answer(question=question.text, text="word " * words, token_ids=tuple(range(words)),
+                         timings=Timings(question_tokens=len(question.text.split()), new_tokens=words, ttft_s=0.05,
+                                         answer_s=0.05 * words),
+                         stop_reason="stopped", used_cache=True)
+        return AnswerStream(pieces())
+
+
+@pytest.fixture(scope="module")
+def endless_server():
+    """The app served with the endless fake engine (no model: the answer, not the model, is under test)."""
+    from app import KvqaApp
+
+    kvqa_app = KvqaApp(Config(), EndlessEngine())
+    with served(kvqa_app.demo, kvqa_app) as url:
+        yield url
+
+
+def test_refusals_with_a_document_and_while_an_answer_streams(endless_server, fresh_page):
     page, said = fresh_page, TEXTS[fresh_page.lang]
-    page.goto(server)
+    page.goto(endless_server)
     expect(page.locator("#language").get_by_label(NAMES[page.lang])).to_be_checked(timeout=60_000)
     page.locator("#sample").click()
     page.locator("#doc-status").get_by_text("declaration-of-independence.md").wait_for(timeout=120_000)
@@ -115,7 +153,7 @@ def test_refusals_with_a_document_and_while_an_answer_streams(server, fresh_page
     ask(page, "x" * 30_000)
     warned(page, said["long"])
     ask(page, "Describe the whole document in detail, paragraph by paragraph.")
-    page.locator('[data-testid="bot"]').first.wait_for(timeout=60_000)  # the answer is being written
+    page.locator('[data-testid="bot"]').first.get_by_text("word word").wait_for(timeout=60_000)  # being written
     other = "zh" if page.lang == "en" else "en"
     page.locator("#language").get_by_label(NAMES[other]).click()  # not check(): the page puts the choice back at once
     warned(page, said["language"])
