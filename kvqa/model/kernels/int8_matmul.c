@@ -4,8 +4,10 @@
  * on (cc -O3 -march=native -fopenmp) and calls it through ctypes.
  *
  * Such a product is memory-bound: every weight is read once for the few input rows. So the weights are read as they
- * are stored, one byte each, widened to float32 in registers, and the rows ROWS * AHEAD ahead are prefetched (the
- * prefetch is what brings the reading up to float32's rate here; docs/performance.md). The products and sums are
+ * are stored, one byte each, widened to float32 in registers, and the block of rows AHEAD blocks on is prefetched a
+ * line an iteration, in the order its bytes lie in memory (a block's ROWS rows are contiguous): the reading then
+ * streams at the machine's sequential rate, where a line of each of the ROWS rows at a time read DRAM at half of it
+ * (docs/performance.md). The products and sums are
  * float32 (the inputs are not rounded). Each output element is one accumulator of LANES lanes summed in ascending k
  * (with groups: one per group, each added times its scale into a second accumulator as the group ends), then the
  * lanes added (and times the row's scale): the same operations in the same order whatever the number of input rows
@@ -65,8 +67,9 @@ static inline __attribute__((always_inline)) void span(vec acc[INPUTS][ROWS], co
     for (int i = 0; i < inputs; i++)
         for (int r = 0; r < rows; r++) acc[i][r] = zero();
     for (int64_t k = k0; k < k1; k += LANES) {
-        if (m0 == 0 && k % 64 == 0)  /* one prefetch a 64-byte line, on the first pass over these rows */
-            for (int r = 0; r < rows; r++) _mm_prefetch((const char *)(wn + (AHEAD * ROWS + r) * K + k), _MM_HINT_T0);
+        int64_t read = (k / LANES) * rows * LANES;  /* bytes of this block's rows read so far */
+        if (m0 == 0 && read % 64 == 0)  /* on the first pass: the next line, in memory order, AHEAD blocks on */
+            _mm_prefetch((const char *)(wn + AHEAD * ROWS * K + read), _MM_HINT_T0);
         vec wv[ROWS];
         for (int r = 0; r < rows; r++) wv[r] = widen(wn + r * K + k);
         for (int i = 0; i < inputs; i++) {
