@@ -13,6 +13,7 @@ import torch
 from kvqa.model.kernels.decode_attention import SDPA, choose_decode_attention
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.kernels.native import vector_cpu
+from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import bytes_per_token, unsupported_reason
 from kvqa.model.loading import choose_attention, choose_device, choose_dtype
 from kvqa.model.offline import installed, offline_model
@@ -76,7 +77,7 @@ def diagnose(config: Config, environ) -> list[Check]:
         one_token = choose_decode_attention() if device.type == "cpu" else None
         unbuilt = one_token == SDPA and vector_cpu() and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch"
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
-                            + (f", decode steps: {one_token}" if one_token else ""),
+                            + (f", decode steps: {one_token}, norms: {choose_rms_norm()}" if one_token else ""),
                             "pip install flash-attn for the fastest attention on this GPU" if
                             device.type == "cuda" and importlib.util.find_spec("flash_attn") is None else
                             "kvqa's decode attention, about twice as fast at long contexts, needs a C compiler (cc): "

@@ -14,6 +14,7 @@ import yaml
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kernels.int8_kernel import choose_kernel
+from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.weights import choose_weights, choose_widening
 
 ROOT = Path(__file__).parent.parent
@@ -73,7 +74,8 @@ def test_doctor_on_this_cpu_machine(default_lm):
     shown = (f"{weights} (one byte a weight, {choose_kernel()} for short products, {choose_widening()};"
              if weights == "int8" else f"{weights}\n")
     assert re.search(r"^weights\s+" + re.escape(shown), run.stdout, re.M), run.stdout
-    assert re.search(r"^attention\s+.*, decode steps: " + re.escape(str(choose_decode_attention())), run.stdout, re.M)
+    assert re.search(r"^attention\s+.*, decode steps: " + re.escape(str(choose_decode_attention())) + ", norms: "
+                     + re.escape(str(choose_rms_norm())), run.stdout, re.M)
     kv = str(choose_widening().cache if weights == "int8" else torch.float32).removeprefix("torch.")
     per_token = 2 * 30 * 3 * 64 * (2 if kv == "bfloat16" else 4) / 1024  # SmolLM2-135M: 30 layers, 3 KV heads of 64
     assert re.search(rf"^architecture\s+llama, {per_token:,.0f} KiB of cache per token \({kv}\)", run.stdout, re.M)

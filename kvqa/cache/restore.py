@@ -15,6 +15,7 @@ from kvqa.errors import KvqaError
 from kvqa.generation.generate import check_fits, out_of_memory_as_error, prefill, prefix_of
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
+from kvqa.model.llama_step import norm_of
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt, prompt_for
 from kvqa.results import PrefilledDocument
@@ -26,8 +27,9 @@ log = logging.getLogger(__name__)
 def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
     """What determines this document's cache with this model here (the prefix ids are checked from the file)."""
     one_token = f" + {choose_decode_attention()}" if lm.device.type == "cpu" else ""  # a last chunk of one token
+    norms = f" + {norm_of(lm.model)}" if norm_of(lm.model) else ""
     return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch."),
-                    device=lm.device.type, attention=lm.attn_implementation + one_token,
+                    device=lm.device.type, attention=lm.attn_implementation + norms + one_token,
                     text_sha256=text_sha256(document.text))
 
 

@@ -20,7 +20,7 @@ from kvqa.model.gemma_step import GemmaStep
 from kvqa.model.gemma_step import supports as can_step_gemma
 from kvqa.model.kernels.int8_kernel import Int8Kernel
 from kvqa.model.kv_cache import unsupported_reason
-from kvqa.model.llama_step import LlamaStep
+from kvqa.model.llama_step import LlamaStep, kernel_norms
 from kvqa.model.llama_step import supports as can_step
 from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model
 from kvqa.model.weights import (
@@ -168,6 +168,8 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
     widening = widening or choose_widening()
     quantize(model, weights, widening, kernel, group=int8_group(name))
+    if device.type == "cpu":
+        kernel_norms(model)  # float32 Llama norms in one call each (kvqa.model.kernels.rms_norm)
     _register_grouped_sdpa()
     if device.type == "cpu" and model.config._attn_implementation == "sdpa":
         model.set_attn_implementation(GROUPED_SDPA)
