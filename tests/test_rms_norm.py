@@ -73,7 +73,7 @@ def test_a_loaded_models_norms_run_on_it_and_name_it_in_a_caches_key(tiny_lm):
 
 def test_pytorchs_norm_where_kvqas_cannot_be_built_or_is_not_asked_for(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(native, "default_cache_dir", lambda: tmp_path)
-    monkeypatch.setattr(rms_norm, "vector_cpu", lambda: True)  # the build tried on any CPU
+    monkeypatch.setattr(native, "vector_cpu", lambda: True)  # the build tried on any CPU
     choose_rms_norm.cache_clear()
     try:
         monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))

@@ -17,8 +17,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kvqa.model.kernels.native import build, build_failure, vector_cpu
+from kvqa.model.kernels.native import built_or
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +96,5 @@ def load(path: Path) -> DecodeAttention:
 def choose_decode_attention() -> DecodeAttention:
     """kvqa's kernel on an x86 CPU with AVX2 or AVX-512 where it builds (KVQA_ATTENTION_KERNEL=torch: PyTorch's
     SDPA always), else SDPA."""
-    if os.environ.get("KVQA_ATTENTION_KERNEL") == "torch":
-        return SDPA
-    if not vector_cpu():
-        return SDPA
-    try:
-        return load(build(SOURCE))
-    except (OSError, subprocess.SubprocessError) as e:
-        log.warning("kvqa: decode steps attend with PyTorch's SDPA, slower at long contexts: could not build "
-                    "kvqa's attention (%s)", build_failure(e))
-        return SDPA
+    return built_or(SOURCE, load, SDPA, env="KVQA_ATTENTION_KERNEL", log=log,
+                    failed="decode steps attend with PyTorch's SDPA, slower at long contexts")

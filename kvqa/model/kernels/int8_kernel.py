@@ -14,15 +14,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from kvqa.model.kernels.native import build, build_failure, vector_cpu
+from kvqa.model.kernels.native import built_or
 
 log = logging.getLogger(__name__)
 
@@ -92,13 +90,5 @@ def load(path: Path) -> Int8Kernel:
 def choose_kernel() -> Int8Kernel:
     """kvqa's kernel on an x86 CPU with AVX2 or AVX-512 where it builds (KVQA_INT8_KERNEL=torch: torch's always),
     else torch's."""
-    if os.environ.get("KVQA_INT8_KERNEL") == "torch":
-        return TORCH
-    if not vector_cpu():
-        return TORCH
-    try:
-        return load(build(SOURCE))
-    except (OSError, subprocess.SubprocessError) as e:
-        log.warning("kvqa: int8 products run on torch's kernel, about half as fast: could not build kvqa's (%s)",
-                    build_failure(e))
-        return TORCH
+    return built_or(SOURCE, load, TORCH, env="KVQA_INT8_KERNEL", log=log,
+                    failed="int8 products run on torch's kernel, about half as fast")

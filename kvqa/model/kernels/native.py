@@ -11,11 +11,13 @@ runs).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -70,3 +72,15 @@ def build(source: Path, folder: Path | None = None, compiler: str | None = None,
 def build_failure(error: Exception) -> str:
     """What a failed build() said, short enough for a log line."""
     return str(getattr(error, "stderr", "") or error).strip()[:500]
+
+
+def built_or(source: Path, load: Callable[[Path], object], fallback, *, env: str, log: logging.Logger, failed: str):
+    """load(build(source)) on an x86 CPU with AVX2 or AVX-512 where it builds, else `fallback`: also where the
+    environment variable `env` is "torch"; a failed build logged once as `failed` and what the compiler said."""
+    if os.environ.get(env) == "torch" or not vector_cpu():
+        return fallback
+    try:
+        return load(build(source))
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("kvqa: %s: could not build kvqa's (%s)", failed, build_failure(e))
+        return fallback

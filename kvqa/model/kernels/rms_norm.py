@@ -13,15 +13,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
-import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from kvqa.model.kernels.native import build, build_failure, vector_cpu
+from kvqa.model.kernels.native import built_or
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +70,5 @@ def load(path: Path) -> RmsNorm:
 def choose_rms_norm() -> RmsNorm:
     """kvqa's norm on an x86 CPU with AVX2 or AVX-512 where it builds (KVQA_NORM_KERNEL=torch: PyTorch's always),
     else PyTorch's."""
-    if os.environ.get("KVQA_NORM_KERNEL") == "torch":
-        return TORCH
-    if not vector_cpu():
-        return TORCH
-    try:
-        return load(build(SOURCE))
-    except (OSError, subprocess.SubprocessError) as e:
-        log.warning("kvqa: norms run on PyTorch's operations, a little slower: could not build kvqa's (%s)",
-                    build_failure(e))
-        return TORCH
+    return built_or(SOURCE, load, TORCH, env="KVQA_NORM_KERNEL", log=log,
+                    failed="norms run on PyTorch's operations, a little slower")
