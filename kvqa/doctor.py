@@ -76,8 +76,10 @@ def diagnose(config: Config, environ) -> list[Check]:
                             device.type == "cpu" and dtype != torch.float32 else None))
         one_token = choose_decode_attention() if device.type == "cpu" else None
         unbuilt = one_token == SDPA and vector_cpu() and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch"
+        llama = model_config is not None and model_config.model_type == "llama"  # kvqa's norms are Llama's only
+        norms = f", norms: {choose_rms_norm()}" if llama else ""
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
-                            + (f", decode steps: {one_token}, norms: {choose_rms_norm()}" if one_token else ""),
+                            + (f", decode steps: {one_token}{norms}" if one_token else ""),
                             "pip install flash-attn for the fastest attention on this GPU" if
                             device.type == "cuda" and importlib.util.find_spec("flash_attn") is None else
                             "kvqa's decode attention, about twice as fast at long contexts, needs a C compiler (cc): "

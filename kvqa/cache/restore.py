@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
     """What determines this document's cache with this model here (the prefix ids are checked from the file)."""
     one_token = f" + {choose_decode_attention()}" if lm.device.type == "cpu" else ""  # a last chunk of one token
-    norms = f" + {norm_of(lm.model)}" if norm_of(lm.model) else ""
+    norms = f" + {norm}" if (norm := norm_of(lm.model)) else ""  # kvqa's norm kernel sums in its own order
     return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch."),
                     device=lm.device.type, attention=lm.attn_implementation + norms + one_token,
                     text_sha256=text_sha256(document.text))
