@@ -17,7 +17,7 @@ from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import bytes_per_token, unsupported_reason
 from kvqa.model.loading import choose_attention, choose_device, choose_dtype
 from kvqa.model.offline import installed, offline_model
-from kvqa.model.weights import choose_weights, choose_widening
+from kvqa.model.weights import choose_weights, choose_widening, int8_group
 
 from .config import Config
 from .errors import ModelError
@@ -90,7 +90,8 @@ def diagnose(config: Config, environ) -> list[Check]:
     kv_dtype = dtype  # what the cache holds: int8 weights' widening may hold it in bfloat16
     try:
         weights = choose_weights(config.weights, device, dtype, model=config.model, compile=config.compile == "on")
-        kernel, widening = (choose_kernel(), choose_widening()) if weights == "int8" else (None, None)
+        int8 = weights == "int8"
+        kernel, widening = (choose_kernel(), choose_widening(int8_group(config.model))) if int8 else (None, None)
         kv_dtype = widening.cache if widening else dtype
         shown = f" (one byte a weight, {kernel} for short products, {widening}; --weights fp32 for float32's)"
         checks.append(Check("weights", weights + (shown if kernel else ""),

@@ -26,6 +26,7 @@ from kvqa.model import weights as weights_module
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.weights import (
     TO_BFLOAT16,
+    TO_BFLOAT16_FROM_64,
     TO_FLOAT32,
     Int8Embedding,
     Int8Linear,
@@ -124,11 +125,15 @@ def test_long_products_use_the_same_int8_rows_widened(widening):
     assert torch.allclose(short, linear(x)[:1], rtol=0.02, atol=0.05)
 
 
-def test_the_widening_is_bfloat16_where_the_cpu_has_amx(monkeypatch):
-    for amx, expected in ((True, TO_BFLOAT16), (False, TO_FLOAT32)):
+def test_the_widening_is_bfloat16_where_the_cpu_multiplies_bfloat16_fast(monkeypatch):
+    for amx, avx512_bf16, expected in ((True, True, TO_BFLOAT16), (True, False, TO_BFLOAT16),
+                                       (False, True, TO_BFLOAT16_FROM_64), (False, False, TO_FLOAT32)):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda bf16=avx512_bf16: bf16)
         assert choose_widening() == expected
+        assert choose_widening(group=32) == TO_FLOAT32  # a scale a run of 32: no exact bfloat16 product
     assert str(TO_BFLOAT16) == "bfloat16 products from 16 rows, bfloat16 cache"
+    assert str(TO_BFLOAT16_FROM_64) == "bfloat16 products from 64 rows, bfloat16 cache"
     assert str(TO_FLOAT32) == "float32 products from 128 rows"
 
 

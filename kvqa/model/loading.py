@@ -166,7 +166,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
     weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
-    widening = widening or choose_widening()
+    widening = widening or choose_widening(int8_group(name))
     quantize(model, weights, widening, kernel, group=int8_group(name))
     if device.type == "cpu":
         kernel_norms(model)  # float32 Llama norms in one call each (kvqa.model.kernels.rms_norm)

@@ -8,8 +8,9 @@ decode step, a drafted run) run through an int8 kernel (kvqa.model.kernels.int8_
 float32 inputs and sums; or torch's `_weight_int8pack_mm`, inputs rounded to bfloat16), which reads each weight as
 its one byte: each output row depends on its input row alone, bit for bit, whatever the number of rows. Longer ones (a
 question's turn, a prefill chunk) are compute-bound, and those kernels are slow there: the int8 rows are widened for
-that one product, to bfloat16 (exact: integers below 256) on a CPU with bfloat16 matrix units (AMX), whose product
-then rounds its output to bfloat16, or else to float32 times the scales (the same weights, float32 inputs):
+that one product, to bfloat16 (exact: integers below 256) on a CPU that multiplies bfloat16 faster than float32 (AMX's
+tiles, or AVX-512's bfloat16 dot products), whose product then rounds its output to bfloat16, or else (and for rows
+with a scale a run) to float32 times the scales (the same weights, float32 inputs):
 `Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
 bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.kv_dtype): half the bytes a decode
 step reads at a long context and a question's turn attends to, and half the memory. Everything else between the
@@ -59,16 +60,25 @@ class Widening:
 
 
 # Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
-# product overtakes torch's near 128 rows on AVX2 and AVX-512; a bfloat16 product on AMX near 16 (kvqa's kernel near
-# 28 rows; 16 kept, docs/performance.md).
+# product overtakes torch's near 128 rows on AVX2; a bfloat16 product on AMX near 16 (kvqa's kernel near 28 rows; 16
+# kept), and with AVX-512's bfloat16 dot products but no AMX (AMD's Zen 4 and later) near 64.
 TO_FLOAT32 = Widening(torch.float32, 128)
 TO_BFLOAT16 = Widening(torch.bfloat16, 16, cache=torch.bfloat16)
+TO_BFLOAT16_FROM_64 = Widening(torch.bfloat16, 64, cache=torch.bfloat16)
 
 
-def choose_widening() -> Widening:
-    """bfloat16 products where the CPU has AMX's bfloat16 tiles (measured faster from 16 rows on), else float32's."""
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)  # private, so looked up: torch 2.3 and later
-    return TO_BFLOAT16 if amx() else TO_FLOAT32
+def choose_widening(group: int | None = None) -> Widening:
+    """bfloat16 products where the CPU multiplies bfloat16 faster than float32: AMX's tiles (from 16 rows on) or
+    AVX-512's bfloat16 dot products (from 64; 2.2x float32's rate measured), else float32's. group (a scale a run of
+    `group` weights, int8_group): float32's, as such rows have no exact bfloat16 product (int8_product)."""
+    if group:
+        return TO_FLOAT32
+
+    def has(name: str) -> bool:  # private, so looked up: torch 2.3 and later
+        return getattr(torch.cpu, name, lambda: False)()
+    if has("_is_amx_tile_supported"):
+        return TO_BFLOAT16
+    return TO_BFLOAT16_FROM_64 if has("_is_avx512_bf16_supported") else TO_FLOAT32
 
 
 class Linear(torch.nn.Module):
@@ -180,10 +190,10 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
              kernel: Int8Kernel | None = None, group: int | None = None) -> torch.nn.Module:
     """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, a scale a row
     or (group) a scale a run of `group` weights of a row (int8_rows), their short products through `kernel` (default:
-    choose_kernel()), their long ones widened as `widening` says (default: choose_widening())."""
+    choose_kernel()), their long ones widened as `widening` says (default: choose_widening(group))."""
     if form == "fp32":
         return model
-    widening = widening or choose_widening()
+    widening = widening or choose_widening(group)
     kernel = kernel or choose_kernel()
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
