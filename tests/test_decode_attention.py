@@ -142,3 +142,39 @@ def test_the_kernel_is_what_runs_here_and_is_named_in_a_caches_key(builds, tiny_
         assert builds["avx2"].name == "kvqa's AVX2 decode attention"
     key = cache_key(tiny_lm, Document("x.txt", "text"), weights="fp32")
     assert key.attention.endswith(f"+ {name}")
+
+
+@needs_a_build
+def test_the_prefetching_build_gives_the_same_bits(builds, tmp_path):
+    intel = decode_attention.prefetch_flags("GenuineIntel")
+    prefetching = {"native": load(native.build(SOURCE, tmp_path, flags=intel))}
+    if "avx2" in builds:
+        prefetching["avx2"] = load(native.build(SOURCE, tmp_path, flags=("-mno-avx512f", "-DAHEAD=2")))
+    for which, kernel in prefetching.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            for length in (1, 17, 513, 2000):
+                torch.manual_seed(length)
+                keys, values = cache(3, length, 64, dtype, start=2)
+                query = torch.randn(1, 3, 3, 64)
+                got = kernel.run(query, keys, values, 0.125)
+                assert torch.equal(got, builds[which].run(query, keys, values, 0.125))
+
+
+def test_prefetching_is_chosen_by_the_cpus_maker(monkeypatch, tmp_path):
+    assert decode_attention.prefetch_flags("GenuineIntel") == ("-DAHEAD=2",)
+    assert decode_attention.prefetch_flags("AuthenticAMD") == ()
+    assert decode_attention.prefetch_flags("") == ()
+    built = []
+    monkeypatch.setattr(native, "vector_cpu", lambda: True)
+    monkeypatch.setattr(native, "build", lambda source, folder=None, compiler=None, flags=(): built.append(flags) or
+                        tmp_path / "kernel.so")
+    monkeypatch.setattr(decode_attention, "load", lambda path: "loaded")
+    monkeypatch.delenv("KVQA_ATTENTION_KERNEL", raising=False)
+    for vendor, flags in (("GenuineIntel", ("-DAHEAD=2",)), ("AuthenticAMD", ())):
+        monkeypatch.setattr(decode_attention, "cpu_vendor", lambda vendor=vendor: vendor)
+        choose_decode_attention.cache_clear()
+        try:
+            assert choose_decode_attention() == "loaded"
+        finally:
+            choose_decode_attention.cache_clear()
+        assert built[-1] == flags

@@ -19,6 +19,9 @@
 #define PART 512   /* keys per part */
 #define MAX_GROUP 8
 #define MAX_DIM 256
+#ifndef AHEAD
+#define AHEAD 0    /* prefetch the keys and values this many blocks ahead; 0: the CPU's own prefetching */
+#endif
 
 #if defined(__AVX512F__)
 #define LANES 16
@@ -151,8 +154,11 @@ static inline __attribute__((always_inline)) void score_block(
  * LANES keys and their values (flash attention's running maximum: the sums so far scaled down when it grows). Leaves,
  * per query, the scores' maximum m, the sum l of e^(score - m) and the values weighted by those, unnormalised (d), in
  * `partial` (g x (d + 2): m, l, then the d sums). The keys and the values are each read in the order they lie in
- * memory, which the CPU's own prefetching follows: prefetching them in software as well read them slower (20-22
- * against 26-31 GB/s, 30 layers' caches at 1,094-7,000 keys, AVX-512 and AVX2 code on an AVX-512 EPYC). */
+ * memory. With AHEAD > 0 (a build flag, -DAHEAD=2: kvqa.model.kernels.decode_attention.prefetch_flags), each block's
+ * keys and values AHEAD blocks on are prefetched in software too: on an AMD EPYC that read them slower than the CPU's
+ * own prefetching alone (20-22 against 26-31 GB/s, 30 layers' caches at 1,094-7,000 keys), on an Intel Xeon faster
+ * where the cache is long (a decode step 9-10% faster at 4,096 and 7,000 tokens, the same at 1,024;
+ * docs/performance.md). The same bits either way. */
 static inline __attribute__((always_inline)) void attend_part(
     const float *q, const void *k, const void *v, int64_t n, int g, int d, float scale, int bf16, float *partial) {
     vec acc[MAX_GROUP][MAX_DIM / LANES], sums[MAX_GROUP], s[MAX_GROUP];
@@ -163,6 +169,15 @@ static inline __attribute__((always_inline)) void attend_part(
         for (int c = 0; c < d / LANES; c++) acc[i][c] = splat(0.0f);
     }
     for (int64_t j = 0; j < n; j += LANES) {
+#if AHEAD > 0
+        const int64_t block = LANES * d * (bf16 ? 2 : 4);  /* bytes of a block's keys, or of its values */
+        const char *next_keys = (const char *)k + (j / LANES + AHEAD) * block;
+        const char *next_values = (const char *)v + (j / LANES + AHEAD) * block;
+        for (int64_t b = 0; b < block; b += 64) {  /* a hint: past the end it reads nothing and cannot fault */
+            _mm_prefetch(next_keys + b, _MM_HINT_T0);
+            _mm_prefetch(next_values + b, _MM_HINT_T0);
+        }
+#endif
         int64_t r = n - j < LANES ? n - j : LANES;
         score_block(q, k, j, r, g, d, scale, bf16, s);
         for (int i = 0; i < g; i++) {

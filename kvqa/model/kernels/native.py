@@ -40,6 +40,17 @@ def cpu_signature() -> str:
     return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {flags}"
 
 
+def cpu_vendor() -> str:
+    """The CPU's maker as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"; "" where it says none)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def vector_cpu() -> bool:
     """Whether this is what kvqa's C kernels are written for: an x86-64 CPU with AVX2 or AVX-512."""
     return platform.machine() == "x86_64" and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
@@ -74,13 +85,15 @@ def build_failure(error: Exception) -> str:
     return str(getattr(error, "stderr", "") or error).strip()[:500]
 
 
-def built_or(source: Path, load: Callable[[Path], object], fallback, *, env: str, log: logging.Logger, failed: str):
-    """load(build(source)) on an x86 CPU with AVX2 or AVX-512 where it builds, else `fallback`: also where the
-    environment variable `env` is "torch"; a failed build logged once as `failed` and what the compiler said."""
+def built_or(source: Path, load: Callable[[Path], object], fallback, *, env: str, log: logging.Logger, failed: str,
+             flags: tuple[str, ...] = ()):
+    """load(build(source, flags=flags)) on an x86 CPU with AVX2 or AVX-512 where it builds, else `fallback`: also
+    where the environment variable `env` is "torch"; a failed build logged once as `failed` and what the compiler
+    said."""
     if os.environ.get(env) == "torch" or not vector_cpu():
         return fallback
     try:
-        return load(build(source))
+        return load(build(source, flags=flags))
     except (OSError, subprocess.SubprocessError) as e:
         log.warning("kvqa: %s: could not build kvqa's (%s)", failed, build_failure(e))
         return fallback
