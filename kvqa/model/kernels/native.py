@@ -27,28 +27,22 @@ from kvqa.config import default_cache_dir
 BUILD_SECONDS = 120
 
 
+def _cpuinfo(field: str) -> str:
+    """The first line of /proc/cpuinfo that starts with `field` ("" where there is none)."""
+    try:
+        return next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith(field)), "")
+    except OSError:
+        return ""
+
+
 def cpu_signature() -> str:
     """What a build made with -march=native depends on: the machine and its CPU's flags."""
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = line
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {flags}"
+    return f"{platform.machine()} {torch.backends.cpu.get_cpu_capability()} {_cpuinfo('flags')}"
 
 
 def cpu_vendor() -> str:
     """The CPU's maker as /proc/cpuinfo names it ("GenuineIntel", "AuthenticAMD"; "" where it says none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    return _cpuinfo("vendor_id").partition(":")[2].strip()
 
 
 def vector_cpu() -> bool:
