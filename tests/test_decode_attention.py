@@ -149,7 +149,7 @@ def test_the_prefetching_build_gives_the_same_bits(builds, tmp_path):
     intel = decode_attention.prefetch_flags("GenuineIntel")
     prefetching = {"native": load(native.build(SOURCE, tmp_path, flags=intel))}
     if "avx2" in builds:
-        prefetching["avx2"] = load(native.build(SOURCE, tmp_path, flags=("-mno-avx512f", "-DAHEAD=2")))
+        prefetching["avx2"] = load(native.build(SOURCE, tmp_path, flags=("-mno-avx512f", *intel)))
     for which, kernel in prefetching.items():
         for dtype in (torch.float32, torch.bfloat16):
             for length in (1, 17, 513, 2000):
