@@ -12,6 +12,7 @@ import torch
 
 from kvqa.model.kernels.decode_attention import SDPA, choose_decode_attention
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
+from kvqa.model.kernels.llama_layer import library as layer_library
 from kvqa.model.kernels.native import vector_cpu
 from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import bytes_per_token, unsupported_reason
@@ -67,6 +68,7 @@ def diagnose(config: Config, environ) -> list[Check]:
                         f"{config.model} is gated: accept its licence on huggingface.co, then set HF_TOKEN "
                         "(a Space secret on Spaces)"))
 
+    llama = model_config is not None and model_config.model_type == "llama"  # kvqa's norms are Llama's only
     try:
         device = choose_device(config.device)
         dtype = choose_dtype(config.dtype, device)
@@ -76,7 +78,6 @@ def diagnose(config: Config, environ) -> list[Check]:
                             device.type == "cpu" and dtype != torch.float32 else None))
         one_token = choose_decode_attention() if device.type == "cpu" else None
         unbuilt = one_token == SDPA and vector_cpu() and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch"
-        llama = model_config is not None and model_config.model_type == "llama"  # kvqa's norms are Llama's only
         norms = f", norms: {choose_rms_norm()}" if llama else ""
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
                             + (f", decode steps: {one_token}{norms}" if one_token else ""),
@@ -93,7 +94,9 @@ def diagnose(config: Config, environ) -> list[Check]:
         int8 = weights == "int8"
         kernel, widening = (choose_kernel(), choose_widening(int8_group(config.model))) if int8 else (None, None)
         kv_dtype = widening.cache if widening else dtype
-        shown = f" (one byte a weight, {kernel} for short products, {widening}; --weights fp32 for float32's)"
+        in_c = llama and kernel != TORCH and layer_library() is not None  # kvqa.model.kernels.llama_layer
+        shown = (f" (one byte a weight, {kernel} for short products, {widening}"
+                 + (", the decode step's layers in C" if in_c else "") + "; --weights fp32 for float32's)")
         checks.append(Check("weights", weights + (shown if kernel else ""),
                             "kvqa's int8 kernel, about twice as fast as torch's, needs a C compiler (cc; CC names "
                             "another) and AVX2: see the log" if kernel == TORCH else None))

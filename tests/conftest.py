@@ -89,6 +89,12 @@ def default_lm() -> kvqa.LoadedModel:
 
 
 @pytest.fixture(scope="session")
+def int8_lm() -> kvqa.LoadedModel:
+    """The default model with int8 weights (the CPU's default form)."""
+    return kvqa.load_model(kvqa.Config.of(weights="int8"))
+
+
+@pytest.fixture(scope="session")
 def default_tokenizer():
     """The default model's tokenizer alone (the tiny models' vocabulary), its weights not loaded."""
     from transformers import AutoTokenizer

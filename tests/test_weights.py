@@ -47,11 +47,6 @@ QUESTIONS_ASKED = ["What is the secret word?", "When does the museum open on Sun
 
 
 @pytest.fixture(scope="session")
-def int8_lm() -> kvqa.LoadedModel:
-    return kvqa.load_model(kvqa.Config.of(weights="int8"))
-
-
-@pytest.fixture(scope="session")
 def tiny_int8(default_lm) -> kvqa.LoadedModel:
     return tiny_llama(default_lm.tokenizer, weights="int8")
 

@@ -21,9 +21,10 @@ import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from kvqa.model.kernels.decode_attention import attend_one
+from kvqa.model.kernels.llama_layer import layers_in_c
 from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import KVCache
-from kvqa.model.weights import fuse, product
+from kvqa.model.weights import cache_dtype, fuse, product
 
 
 def supports(model, device: torch.device) -> bool:
@@ -55,6 +56,7 @@ class LlamaStep:
                         product(layer.self_attn.o_proj), norm(layer.post_attention_layernorm), product(gate_up),
                         layer.mlp.act_fn, product(layer.mlp.down_proj))
                        for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
+        self.in_c = layers_in_c(model, self.qkv, self.gate_up, cache_dtype(model))  # int8 on kvqa's kernels: the loop
 
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
@@ -65,6 +67,10 @@ class LlamaStep:
         cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
         half = d // 2  # rotate_half(t) * sin == roll(t, D / 2) * sin with its first half negated, bit for bit
         sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # (one op a layer instead of four)
+        if self.in_c is not None and self.in_c.takes(cache):  # the loop below, in C
+            x = self.in_c(x, cos, sin, cache, position)
+            cache.advance(1)
+            return self.model.lm_head(model.norm(x))[:, -1]
         for (in_norm, qkv_proj, scaling, o_proj, post_norm, gate_up_proj, act_fn, down_proj), held in zip(
                 self.layers, cache.layers):
             qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)

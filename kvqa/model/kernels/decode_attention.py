@@ -39,6 +39,7 @@ class DecodeAttention:
     run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
     max_group: int = 0
     max_dim: int = 0
+    address: int | None = None  # kvqa_decode_attention's, for C that calls it (kvqa.model.kernels.llama_layer)
 
     def takes(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Whether run() reads these as they are laid out: one sequence on the CPU, a float32 query, keys and values
@@ -89,7 +90,7 @@ def load(path: Path) -> DecodeAttention:
         return out
 
     return DecodeAttention(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} decode attention", run, group.value,
-                           dim.value)
+                           dim.value, ctypes.cast(attend, ctypes.c_void_p).value)
 
 
 def prefetch_flags(vendor: str | None = None) -> tuple[str, ...]:

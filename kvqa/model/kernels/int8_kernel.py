@@ -34,6 +34,7 @@ class Int8Kernel:
 
     name: str
     multiply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    address: int | None = None  # kvqa_int8_matmul's, for C that calls it (kvqa.model.kernels.llama_layer)
 
     def __call__(self, x: torch.Tensor, rows: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         if x.shape[1] % 16:  # kvqa.model.weights.quantize refuses such a model; torch's kernel would read out of bounds
@@ -83,7 +84,8 @@ def load(path: Path) -> Int8Kernel:
                  torch.get_num_threads())
         return y
 
-    return Int8Kernel(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} kernel", run)
+    return Int8Kernel(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} kernel", run,
+                      ctypes.cast(multiply, ctypes.c_void_p).value)
 
 
 @functools.cache

@@ -33,6 +33,7 @@ class RmsNorm:
     name: str
     run: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
     lanes: int = 16
+    address: int | None = None  # kvqa_rms_norm's, for C that calls it (kvqa.model.kernels.llama_layer)
 
     def takes(self, weight: torch.Tensor) -> bool:
         """Whether run() reads a norm of this weight: float32 on the CPU, a width that is a multiple of the lanes."""
@@ -63,7 +64,8 @@ def load(path: Path) -> RmsNorm:
              torch.get_num_threads())
         return out
 
-    return RmsNorm(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} RMS norm", run, lanes)
+    return RmsNorm(f"kvqa's {'AVX-512' if lanes == 16 else 'AVX2'} RMS norm", run, lanes,
+                   ctypes.cast(norm, ctypes.c_void_p).value)
 
 
 @functools.cache

@@ -1,0 +1,121 @@
+/* One layer of a Llama-family decode step with int8 weights, in two calls around the MLP's activation: the written-out
+ * step (kvqa/model/llama_step.py) otherwise runs some 80 PyTorch operations a layer between its kernels, a few
+ * milliseconds a token on 2 cores. kvqa/model/kernels/llama_layer.py builds it for the CPU it runs on and calls it
+ * through ctypes.
+ *
+ * The products, the norms and the attention are not computed here: they are kvqa's own kernels (int8_matmul.c,
+ * rms_norm.c, decode_attention.c), called through the addresses of the very functions the model's forward calls, so
+ * their bits are the forward's. What this file computes itself is what PyTorch computed between them, operation by
+ * operation in the same roundings: the rotation q * cos + roll(q, D / 2) * sin (two products, then their sum: built
+ * with -ffp-contract=off, so no fused multiply-add merges them), the keys and values written into the cache (float32,
+ * or bfloat16 rounded to nearest even as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays
+ * PyTorch's, between the two calls. */
+#include <stdint.h>
+#include <string.h>
+
+typedef void (*matmul_fn)(const float *x, const int8_t *w, const uint16_t *scale, float *y, int64_t M, int64_t N,
+                          int64_t K, int64_t G, int threads);
+typedef void (*norm_fn)(const float *x, const float *weight, float *out, int64_t M, int64_t K, float eps,
+                        int threads);
+typedef int (*attention_fn)(const float *query, const void *keys, const void *values, int64_t head_stride,
+                            int64_t S, int kv, int group, int D, float scale, int bf16, float *out, int threads);
+
+struct matrix {  /* int8 rows (n, k) times bfloat16 scales, one per run of `run` weights of a row */
+    const int8_t *rows;
+    const uint16_t *scales;
+    int64_t n, k, run;
+};
+
+struct layer {
+    const float *in_norm, *post_norm;
+    float in_eps, post_eps;
+    struct matrix qkv, o, gate_up, down;
+};
+
+struct model {
+    int64_t hidden, heads, kv_heads, dim, inter;
+    float scaling;
+    int bf16;  /* the cache holds bfloat16 (else float32) */
+    matmul_fn matmul;
+    norm_fn norm;
+    attention_fn attend;
+    const struct layer *layers;
+};
+
+/* The scratch a step works in, one float32 array: x (hidden) | h (hidden) | qkv ((H + 2 KV) D) | attention's output
+ * (H D) | gate|up (2 I) | the activation (I). llama_layer.py views the same offsets. */
+#define X(m) 0
+#define H(m) ((m)->hidden)
+#define QKV(m) (2 * (m)->hidden)
+#define OUT(m) (QKV(m) + ((m)->heads + 2 * (m)->kv_heads) * (m)->dim)
+#define GATE_UP(m) (OUT(m) + (m)->heads * (m)->dim)
+#define ACT(m) (GATE_UP(m) + 2 * (m)->inter)
+
+int64_t kvqa_llama_scratch(const struct model *m) { return ACT(m) + m->inter; }
+
+static void product(const struct model *m, const struct matrix *w, const float *x, float *y, int threads) {
+    m->matmul(x, w->rows, w->scales, y, 1, w->n, w->k, w->run, threads);
+}
+
+static uint16_t to_bfloat16(float f) {  /* round to nearest even, as PyTorch's conversion (NaN: its quiet NaN) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if (f != f) return 0x7fc0;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* heads rows of D, each rotated in place: t * cos + roll(t, D / 2) * sin (sin's first half negated by the caller) */
+static void rotate(float *t, int64_t heads, int64_t D, const float *cos, const float *sin) {
+    float row[1024];
+    int64_t half = D / 2;
+    for (int64_t h = 0; h < heads; h++, t += D) {
+        memcpy(row, t, D * sizeof(float));
+        for (int64_t i = 0; i < D; i++) {
+            float a = row[i] * cos[i];
+            float b = row[(i + half) % D] * sin[i];
+            t[i] = a + b;
+        }
+    }
+}
+
+/* The layer's attention half: x += o(attention(rotated q, the cache with this token's k and v)); then
+ * gate|up = gate_up(post_norm(x)) for the caller's activation. keys and values: the layer's cache buffers,
+ * (KV, capacity, D), head_stride elements between heads; the token goes at `position`. Returns non-zero where the
+ * attention could not allocate its scratch. */
+int kvqa_llama_attention(const struct model *m, int64_t index, float *scratch, int64_t position, const float *cos,
+                         const float *sin, void *keys, void *values, int64_t head_stride, int threads) {
+    const struct layer *l = &m->layers[index];
+    int64_t D = m->dim, KV = m->kv_heads, Hq = m->heads;
+    float *x = scratch + X(m), *h = scratch + H(m), *qkv = scratch + QKV(m), *out = scratch + OUT(m);
+    m->norm(x, l->in_norm, h, 1, m->hidden, l->in_eps, threads);
+    product(m, &l->qkv, h, qkv, threads);
+    rotate(qkv, Hq + KV, D, cos, sin);
+    const float *k = qkv + Hq * D, *v = k + KV * D;
+    for (int64_t j = 0; j < KV; j++) {
+        int64_t at = j * head_stride + position * D;
+        if (m->bf16) {
+            for (int64_t i = 0; i < D; i++) {
+                ((uint16_t *)keys)[at + i] = to_bfloat16(k[j * D + i]);
+                ((uint16_t *)values)[at + i] = to_bfloat16(v[j * D + i]);
+            }
+        } else {
+            memcpy((float *)keys + at, k + j * D, D * sizeof(float));
+            memcpy((float *)values + at, v + j * D, D * sizeof(float));
+        }
+    }
+    if (m->attend(qkv, keys, values, head_stride, position + 1, (int)KV, (int)(Hq / KV), (int)D, m->scaling, m->bf16,
+                  out, threads))
+        return 1;
+    product(m, &l->o, out, h, threads);
+    for (int64_t i = 0; i < m->hidden; i++) x[i] = x[i] + h[i];
+    m->norm(x, l->post_norm, h, 1, m->hidden, l->post_eps, threads);
+    product(m, &l->gate_up, h, scratch + GATE_UP(m), threads);
+    return 0;
+}
+
+/* The layer's MLP half, after the caller's activation: x += down(activation). */
+void kvqa_llama_mlp_out(const struct model *m, int64_t index, float *scratch, int threads) {
+    float *x = scratch + X(m), *h = scratch + H(m);
+    product(m, &m->layers[index].down, scratch + ACT(m), h, threads);
+    for (int64_t i = 0; i < m->hidden; i++) x[i] = x[i] + h[i];
+}

@@ -1,0 +1,153 @@
+"""A Llama-family decode step's layers in C (llama_layer.c, built for this CPU at first use: kvqa.model.kernels.native),
+for int8 weights on kvqa's own kernels: two C calls a layer around PyTorch's activation, where the written-out step in
+Python runs some 80 PyTorch operations a layer between the same kernels.
+
+The C code calls the int8 product, the norm and the decode attention through the addresses of the functions the
+model's forward calls, and computes the rotation, the cache writes and the residual sums in PyTorch's roundings: the
+logits and the cache are the forward's bit for bit (tests/test_llama_step.py). `layers_in_c` says None where that
+cannot hold (float32 weights, torch's kernels, a cache in another dtype): the step then runs its Python loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+from ctypes import POINTER, c_float, c_int, c_int64, c_void_p
+from pathlib import Path
+
+import torch
+
+from kvqa.model.kernels.decode_attention import choose_decode_attention
+from kvqa.model.kernels.native import built_or
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("llama_layer.c")
+FLAGS = ("-ffp-contract=off",)  # a * b + c stays two roundings, as PyTorch's two operations round
+
+
+class Matrix(ctypes.Structure):
+    _fields_ = [("rows", c_void_p), ("scales", c_void_p), ("n", c_int64), ("k", c_int64), ("run", c_int64)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("in_norm", c_void_p), ("post_norm", c_void_p), ("in_eps", c_float), ("post_eps", c_float),
+                ("qkv", Matrix), ("o", Matrix), ("gate_up", Matrix), ("down", Matrix)]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("dim", c_int64),
+                ("inter", c_int64), ("scaling", c_float), ("bf16", c_int), ("matmul", c_void_p), ("norm", c_void_p),
+                ("attend", c_void_p), ("layers", POINTER(Layer))]
+
+
+def load(path: Path):
+    """The library build() made, its two functions typed."""
+    library = ctypes.CDLL(str(path))
+    library.kvqa_llama_attention.argtypes = [c_void_p, c_int64, c_void_p, c_int64, c_void_p, c_void_p, c_void_p,
+                                             c_void_p, c_int64, c_int]
+    library.kvqa_llama_attention.restype = c_int
+    library.kvqa_llama_mlp_out.argtypes = [c_void_p, c_int64, c_void_p, c_int]
+    library.kvqa_llama_mlp_out.restype = None
+    library.kvqa_llama_scratch.argtypes = [c_void_p]
+    library.kvqa_llama_scratch.restype = c_int64
+    return library
+
+
+@functools.cache
+def library():
+    """The built library, or None where it cannot be built (KVQA_LAYER_KERNEL=torch: None always)."""
+    return built_or(SOURCE, load, None, env="KVQA_LAYER_KERNEL", log=log, flags=FLAGS,
+                    failed="decode steps run their layers in Python between kvqa's kernels")
+
+
+def _matrix(linear) -> Matrix | None:
+    """An int8 linear layer (kvqa.model.weights.Int8Linear) as C reads it, or None where it is not one C can run."""
+    rows, scales, kernel = (getattr(linear, name, None) for name in ("rows", "scales", "kernel"))
+    if rows is None or scales is None or getattr(kernel, "address", None) is None:
+        return None
+    n, k = rows.shape
+    run = k // scales.shape[1] if scales.dim() == 2 else k
+    if (rows.dtype != torch.int8 or scales.dtype != torch.bfloat16 or not rows.is_contiguous()
+            or not scales.is_contiguous() or k % 16 or run % 16):
+        return None
+    return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run)
+
+
+def _norm(module) -> tuple[int, float, int] | None:
+    """(weight address, eps, the kernel's address) of a norm kvqa's kernel runs, else None."""
+    kernel = getattr(module, "kvqa_norm", None)
+    if kernel is None or kernel.address is None or not kernel.takes(module.weight):
+        return None
+    return module.weight.data_ptr(), float(module.variance_epsilon), kernel.address
+
+
+class CLayers:
+    """x (1, 1, hidden) through every layer for one token at `position`, its keys and values written into the cache:
+    the written-out step's loop, in C."""
+
+    def __init__(self, library, model, layers: list[Layer], matmul: int, norm: int, attend: int, keep: list,
+                 kv_dtype: torch.dtype):
+        config, self.library, self.keep = model.config, library, keep  # keep: what the C structs point into
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.cache_dtype = kv_dtype
+        self.layers = (Layer * len(layers))(*layers)
+        self.model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
+                           float(model.model.layers[0].self_attn.scaling), int(self.cache_dtype == torch.bfloat16),
+                           matmul, norm, attend, self.layers)
+        self.address = ctypes.addressof(self.model)
+        self.hidden, self.inter = config.hidden_size, config.intermediate_size
+        self.size = library.kvqa_llama_scratch(self.address)
+        self.act_fns = [layer.mlp.act_fn for layer in model.model.layers]
+
+    def takes(self, cache) -> bool:
+        """Whether C reads this cache's buffers as they are laid out: the model's cache dtype, contiguous."""
+        held = cache.layers[0]
+        return all(b.dtype == self.cache_dtype and b.is_contiguous() for b in (held.key_buffer, held.value_buffer))
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, position: int) -> torch.Tensor:
+        scratch = torch.empty(self.size)  # x | norm's and products' rows | q, k, v | attention | gate, up | act
+        scratch[: self.hidden].copy_(x.reshape(-1))
+        end = self.size - self.inter
+        gate, up, act = scratch[end - 2 * self.inter: end - self.inter], scratch[end - self.inter: end], scratch[end:]
+        cos, sin = cos.contiguous(), sin.contiguous()
+        at, threads, base = self.address, torch.get_num_threads(), scratch.data_ptr()
+        attention, mlp_out = self.library.kvqa_llama_attention, self.library.kvqa_llama_mlp_out
+        stride = cache.layers[0].key_buffer.stride(1)
+        for i, (held, act_fn) in enumerate(zip(cache.layers, self.act_fns)):
+            if attention(at, i, base, position, cos.data_ptr(), sin.data_ptr(), held.key_buffer.data_ptr(),
+                         held.value_buffer.data_ptr(), stride, threads):
+                raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
+            torch.mul(act_fn(gate), up, out=act)  # PyTorch's activation, as the forward's
+            mlp_out(at, i, base, threads)
+        return scratch[: self.hidden].view(1, 1, self.hidden)
+
+
+def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype) -> CLayers | None:
+    """The model's layers in C (qkv, gate_up: the step's fused projections per layer; kv_dtype: what its cache holds),
+    or None where C cannot run them as the forward does: weights not int8 on kvqa's kernel, norms not kvqa's, an
+    attention kvqa's kernel does not take, or no build."""
+    attention = choose_decode_attention()
+    config = model.config
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    if (attention.address is None or heads % kv_heads or heads // kv_heads > attention.max_group
+            or dim > attention.max_dim or dim % 16 or kv_dtype not in (torch.float32, torch.bfloat16)):
+        return None
+    layers, kernels, keep = [], set(), []
+    for layer, fused_qkv, fused_gate_up in zip(model.model.layers, qkv, gate_up):
+        linears = (fused_qkv, layer.self_attn.o_proj, fused_gate_up, layer.mlp.down_proj)
+        matrices = [_matrix(linear) for linear in linears]
+        norms = [_norm(layer.input_layernorm), _norm(layer.post_attention_layernorm)]
+        if None in matrices or None in norms:
+            return None
+        kernels |= {("matmul", linear.kernel.address) for linear in linears}
+        kernels |= {("norm", norm[2]) for norm in norms}
+        layers.append(Layer(norms[0][0], norms[1][0], norms[0][1], norms[1][1], *matrices))
+        keep += [linear.rows for linear in linears] + [linear.scales for linear in linears]
+    if len(kernels) != 2 or (built := library()) is None:  # one product kernel, one norm kernel
+        return None
+    matmul, norm = (next(a for kind, a in kernels if kind == name) for name in ("matmul", "norm"))
+    return CLayers(built, model, layers, matmul, norm, attention.address, keep, kv_dtype)
