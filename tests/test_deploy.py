@@ -14,6 +14,7 @@ import yaml
 from kvqa.config import DEFAULT_MODEL, SPACES_DEFAULT_MODEL, config_from_env
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kernels.int8_kernel import choose_kernel
+from kvqa.model.kernels.llama_layer import library as layer_library
 from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.weights import choose_weights, choose_widening
 
@@ -71,7 +72,8 @@ def test_doctor_on_this_cpu_machine(default_lm):
         assert re.search(rf"^{name}\s", run.stdout, re.M), name
     assert "cpu" in run.stdout and "float32" in run.stdout and "8,192 tokens" in run.stdout
     weights = choose_weights("auto", torch.device("cpu"), torch.float32, model=DEFAULT_MODEL)
-    shown = (f"{weights} (one byte a weight, {choose_kernel()} for short products, {choose_widening()};"
+    in_c = ", the decode step's layers in C" if layer_library() is not None else ""  # kvqa/model/kernels/llama_layer
+    shown = (f"{weights} (one byte a weight, {choose_kernel()} for short products, {choose_widening()}{in_c};"
              if weights == "int8" else f"{weights}\n")
     assert re.search(r"^weights\s+" + re.escape(shown), run.stdout, re.M), run.stdout
     assert re.search(r"^attention\s+.*, decode steps: " + re.escape(str(choose_decode_attention())) + ", norms: "

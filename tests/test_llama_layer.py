@@ -1,6 +1,6 @@
 """The int8 decode step's layers in C (kvqa.model.kernels.llama_layer): the forward's logits and cache bit for bit, in
 a float32 and a bfloat16 cache, with a scale a row or a scale a run; the Python loop where C cannot run the model as
-the forward does."""
+the forward does; no drafting where the layers run in C (a drafted run costs more than the steps it saves)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ import dataclasses
 import pytest
 import torch
 
+import kvqa
 from conftest import tiny_llama
+from kvqa.generation.decode import drafting_pays
 from kvqa.model import weights as weights_module
 from kvqa.model.kernels import llama_layer
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.kernels.native import vector_cpu
 from kvqa.model.weights import TO_BFLOAT16, TO_FLOAT32
-from test_llama_step import steps_both_ways
+from test_llama_step import TEXT, steps_both_ways
 
 needs_c = pytest.mark.skipif(not vector_cpu() or choose_kernel().address is None or llama_layer.library() is None,
                              reason="kvqa's C kernels need an x86 CPU with AVX2 or AVX-512 and a C compiler")
@@ -82,3 +84,20 @@ def test_a_cache_c_does_not_read_is_stepped_in_python(default_lm):
     outcomes = steps_both_ways(other, prompt_tokens=20, steps=5)
     assert outcomes[0][1][0][0].dtype == torch.float32  # C would have read these float32 keys as bfloat16
     assert_same(outcomes)
+
+
+@needs_c
+def test_where_the_layers_run_in_c_answers_do_not_draft(int8_lm, default_lm):
+    """A drafted run goes through the forward, dearer than the steps it saves once the step runs in C: no drafting
+    there, and the answer is the plain one's; drafting where the step runs in Python (float32 weights)."""
+    document = kvqa.document_from_text(TEXT)
+    config = kvqa.Config.of(chunk_size=128, max_new_tokens=24)
+    for model, drafts in ((int8_lm, False), (default_lm, True)):
+        assert drafting_pays(model) is drafts
+        doc = kvqa.prefill(model, document, config=config)
+        question = "How much does item 12 cost, and what is the secret word?"
+        drafted = kvqa.answer(model, doc, question, draft_tokens=6, max_new_tokens=24)
+        plain = kvqa.answer(model, doc, question, draft_tokens=0, max_new_tokens=24)
+        assert (drafted.timings.drafted_tokens + drafted.timings.rejected_tokens > 0) is drafts, drafted.text
+        if not drafts:
+            assert drafted.token_ids == plain.token_ids

@@ -56,12 +56,14 @@ class Counts:
 def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, options: Decoding,
                     asked: Asked) -> Iterator[str | Answer]:
     """Choose up to asked.max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, then the
-    Answer. With options.draft_tokens > 0 and greedy decoding each step also checks guesses (draft_step); with
-    options.repeat_stop > 0 a span or a sentence said again ends the answer (Stops), before the repeat; stop_ids (a
-    completion prompt's line ends) end it as EOS does, once it holds more than whitespace (Chooser)."""
+    Answer. With options.draft_tokens > 0, greedy decoding and where it pays (drafting_pays) each step also checks
+    guesses (draft_step); with options.repeat_stop > 0 a span or a sentence said again ends the answer (Stops), before
+    the repeat; stop_ids (a completion prompt's line ends) end it as EOS does, once it holds more than whitespace
+    (Chooser)."""
     stops, counts, text = Stops(lm, options, asked), Counts(), Detokenizer(lm.tokenizer, strip=bool(asked.stop_ids))
     pick = Chooser(lm, options, stops.ends, quote=asked.quote_ids)
-    drafter = Drafter(list(asked.context)) if options.draft_tokens > 0 and options.temperature <= 0 else None
+    drafting = options.draft_tokens > 0 and options.temperature <= 0 and drafting_pays(lm)
+    drafter = Drafter(list(asked.context)) if drafting else None
     tokens: list[int] = []
     pending = [pick(logits, tokens, blank=bool(asked.stop_ids))]
     ttft = now(lm.device) - asked.started
@@ -116,6 +118,12 @@ def draft_step(lm: LoadedModel, cache: KVCache, tokens: list[int], guesses: list
     cache.rollback(cache.length - (len(guesses) - agreed))  # forget the guesses the model did not make
     counts.drafted, counts.rejected = counts.drafted + agreed, counts.rejected + len(guesses) - agreed
     return guesses[:agreed] + [choices[agreed]]
+
+
+def drafting_pays(lm: LoadedModel) -> bool:
+    """Whether checking guesses in one forward beats the one-token steps it saves: not where the written-out step
+    says its own steps are cheaper (kvqa.model.llama_step: its layers in C)."""
+    return lm.decode_step is not None or getattr(lm.step, "drafting_pays", True)
 
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:

@@ -120,7 +120,12 @@ void kvqa_int8_matmul(const float *x, const int8_t *w, const uint16_t *scale, fl
                 continue;
             }
             for (; m0 + INPUTS <= M; m0 += INPUTS) block(x, w, scale, y, N, K, G, n0, m0, ROWS, INPUTS);
-            for (; m0 < M; m0++) block(x, w, scale, y, N, K, G, n0, m0, ROWS, 1);
+            if (M - m0 == 3)  /* the rest in one pass over the block's weights too (a drafted run of 7 rows: 4 + 3) */
+                block(x, w, scale, y, N, K, G, n0, m0, ROWS, 3);
+            else if (M - m0 == 2)
+                block(x, w, scale, y, N, K, G, n0, m0, ROWS, 2);
+            else if (M - m0 == 1)
+                block(x, w, scale, y, N, K, G, n0, m0, ROWS, 1);
         } else {
             for (int64_t n = n0; n < N; n++)
                 for (m0 = 0; m0 < M; m0++) block(x, w, scale, y, N, K, G, n, m0, 1, 1);
