@@ -57,11 +57,15 @@ class LlamaStep:
                         product(layer.self_attn.o_proj), norm(layer.post_attention_layernorm), product(gate_up),
                         layer.mlp.act_fn, product(layer.mlp.down_proj))
                        for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
-        self.in_c = layers_in_c(model, self.qkv, self.gate_up, cache_dtype(model))  # int8 on kvqa's kernels: the loop
-        # Checking drafted guesses runs 1 + k tokens through the forward; with the layers in C a step is near its
-        # floor and such a run costs more than the steps its kept guesses save (SmolLM2 int8 on the Xeon, 2026-12-05:
-        # 172.5 tok/s plain against 132.2 drafting at 1,024 tokens, 102.3 against 82.0 at 4,096; docs/performance.md)
-        self.drafting_pays = self.in_c is None
+        self.in_c = layers_in_c(model, self.qkv, self.gate_up, cache_dtype(model), self.heads, self.kv_heads,
+                                self.head_dim)  # int8 on kvqa's kernels: the loop below in C
+
+    @property
+    def drafting_pays(self) -> bool:
+        """Checking drafted guesses runs 1 + k tokens through the forward; with the layers in C a step is near its
+        floor and such a run costs more than the steps its kept guesses save (SmolLM2 int8 on the Xeon, 2026-12-05:
+        172.5 tok/s plain against 132.2 drafting at 1,024 tokens, 102.3 against 82.0 at 4,096; docs/performance.md)."""
+        return self.in_c is None
 
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:

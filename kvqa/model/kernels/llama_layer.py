@@ -87,20 +87,12 @@ class CLayers:
     """x (1, 1, hidden) through every layer for one token at `position`, its keys and values written into the cache:
     the written-out step's loop, in C."""
 
-    def __init__(self, library, model, layers: list[Layer], matmul: int, norm: int, attend: int, keep: list,
-                 kv_dtype: torch.dtype):
-        config, self.library, self.keep = model.config, library, keep  # keep: what the C structs point into
-        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-        dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        self.cache_dtype = kv_dtype
-        self.layers = (Layer * len(layers))(*layers)
-        self.model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
-                           float(model.model.layers[0].self_attn.scaling), int(self.cache_dtype == torch.bfloat16),
-                           matmul, norm, attend, self.layers)
-        self.address = ctypes.addressof(self.model)
-        self.hidden, self.inter = config.hidden_size, config.intermediate_size
+    def __init__(self, library, model: Model, layers, act_fns: list, keep: list, kv_dtype: torch.dtype):
+        self.library, self.keep, self.layers = library, keep, layers  # keep, layers: what the C structs point into
+        self.model, self.address = model, ctypes.addressof(model)
+        self.act_fns, self.cache_dtype = act_fns, kv_dtype
+        self.hidden, self.inter = model.hidden, model.inter
         self.size = library.kvqa_llama_scratch(self.address)
-        self.act_fns = [layer.mlp.act_fn for layer in model.model.layers]
 
     def takes(self, cache) -> bool:
         """Whether C reads this cache's buffers as they are laid out: the model's cache dtype, contiguous."""
@@ -110,8 +102,8 @@ class CLayers:
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, position: int) -> torch.Tensor:
         scratch = torch.empty(self.size)  # x | norm's and products' rows | q, k, v | attention | gate, up | act
         scratch[: self.hidden].copy_(x.reshape(-1))
-        end = self.size - self.inter
-        gate, up, act = scratch[end - 2 * self.inter: end - self.inter], scratch[end - self.inter: end], scratch[end:]
+        inter = self.inter
+        gate, up, act = scratch[-3 * inter: -2 * inter], scratch[-2 * inter: -inter], scratch[-inter:]
         cos, sin = cos.contiguous(), sin.contiguous()
         at, threads, base = self.address, torch.get_num_threads(), scratch.data_ptr()
         attention, mlp_out = self.library.kvqa_llama_attention, self.library.kvqa_llama_mlp_out
@@ -125,29 +117,30 @@ class CLayers:
         return scratch[: self.hidden].view(1, 1, self.hidden)
 
 
-def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype) -> CLayers | None:
-    """The model's layers in C (qkv, gate_up: the step's fused projections per layer; kv_dtype: what its cache holds),
-    or None where C cannot run them as the forward does: weights not int8 on kvqa's kernel, norms not kvqa's, an
-    attention kvqa's kernel does not take, or no build."""
+def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: int, kv_heads: int,
+                dim: int) -> CLayers | None:
+    """The model's layers in C (qkv, gate_up: the step's fused projections per layer; kv_dtype: what its cache holds;
+    its query and key/value heads of `dim`), or None where C cannot run them as the forward does: weights not int8
+    on one kvqa kernel, norms not kvqa's, an attention kvqa's kernel does not take, or no build."""
     attention = choose_decode_attention()
-    config = model.config
-    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
-    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     if (attention.address is None or heads % kv_heads or heads // kv_heads > attention.max_group
             or dim > attention.max_dim or dim % 16 or kv_dtype not in (torch.float32, torch.bfloat16)):
         return None
-    layers, kernels, keep = [], set(), []
+    layers, matmuls, norm_kernels, keep = [], set(), set(), []
     for layer, fused_qkv, fused_gate_up in zip(model.model.layers, qkv, gate_up):
         linears = (fused_qkv, layer.self_attn.o_proj, fused_gate_up, layer.mlp.down_proj)
         matrices = [_matrix(linear) for linear in linears]
         norms = [_norm(layer.input_layernorm), _norm(layer.post_attention_layernorm)]
         if None in matrices or None in norms:
             return None
-        kernels |= {("matmul", linear.kernel.address) for linear in linears}
-        kernels |= {("norm", norm[2]) for norm in norms}
+        matmuls |= {linear.kernel.address for linear in linears}
+        norm_kernels |= {kernel for _, _, kernel in norms}
         layers.append(Layer(norms[0][0], norms[1][0], norms[0][1], norms[1][1], *matrices))
         keep += [linear.rows for linear in linears] + [linear.scales for linear in linears]
-    if len(kernels) != 2 or (built := library()) is None:  # one product kernel, one norm kernel
+    if len(matmuls) != 1 or len(norm_kernels) != 1 or (built := library()) is None:
         return None
-    matmul, norm = (next(a for kind, a in kernels if kind == name) for name in ("matmul", "norm"))
-    return CLayers(built, model, layers, matmul, norm, attention.address, keep, kv_dtype)
+    config, table = model.config, (Layer * len(layers))(*layers)
+    c_model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
+                    float(model.model.layers[0].self_attn.scaling), int(kv_dtype == torch.bfloat16), matmuls.pop(),
+                    norm_kernels.pop(), attention.address, table)
+    return CLayers(built, c_model, table, [layer.mlp.act_fn for layer in model.model.layers], keep, kv_dtype)
