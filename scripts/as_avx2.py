@@ -3,7 +3,8 @@
 For measuring what an AVX2 CPU runs where only an AVX-512 one is at hand (docs/performance.md): torch's AVX2 kernels
 (the environment variables below, set before torch loads), kvqa's C kernels built with -mno-avx512f (built and kept
 apart from the native ones: the flags are part of a build's key), and int8's long products widened to float32 with a
-float32 cache (no AMX, no AVX-512 bfloat16), as an AVX2 CPU gets. The memory and clocks stay the machine's own.
+bfloat16 cache attended in float32 (no AMX, no AVX-512 bfloat16), as an AVX2 CPU gets. The memory and clocks stay the
+machine's own.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """scripts/as_avx2.py runs a script in AVX2 code (torch's AVX2 kernels, kvqa's kernels built for AVX2, float32
-widening): what docs/performance.md's AVX2 table on an AVX-512 machine rests on."""
+widening, a bfloat16 cache attended in float32): what docs/performance.md's AVX2 table on an AVX-512 machine rests on."""
 
 from __future__ import annotations
 
@@ -29,5 +29,6 @@ def test_a_script_runs_in_avx2_code(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     last = run.stdout.strip().splitlines()[-1]
-    assert last.startswith("AVX2 kvqa's AVX2 decode attention float32 products from 128 rows")
+    assert last.startswith("AVX2 kvqa's AVX2 decode attention float32 products from 128 rows, bfloat16 cache,"
+                           " attention in float32")
     assert last.endswith("True ['--flag']")

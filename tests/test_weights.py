@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,11 +24,14 @@ from kvqa.cache.store import weights_fingerprint
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError
 from kvqa.model import weights as weights_module
+from kvqa.model.attention import grouped_sdpa
+from kvqa.model.kernels.decode_attention import SDPA, DecodeAttention
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.weights import (
     TO_BFLOAT16,
     TO_BFLOAT16_FROM_64,
     TO_FLOAT32,
+    TO_FLOAT32_BFLOAT16_CACHE,
     Int8Embedding,
     Int8Linear,
     choose_weights,
@@ -120,9 +124,14 @@ def test_long_products_use_the_same_int8_rows_widened(widening):
     assert torch.allclose(short, linear(x)[:1], rtol=0.02, atol=0.05)
 
 
-def test_the_widening_is_bfloat16_where_the_cpu_multiplies_bfloat16_fast(monkeypatch):
+@pytest.mark.parametrize("attention", [DecodeAttention("kvqa's", run=lambda q, k, v, s: q), SDPA], ids=str)
+def test_the_widening_is_bfloat16_where_the_cpu_multiplies_bfloat16_fast(monkeypatch, attention):
+    """AMX or AVX-512's bfloat16: bfloat16 products and cache; else float32 products, with a bfloat16 cache where
+    kvqa's decode attention reads one (AVX2), a float32 one where it does not run."""
+    monkeypatch.setattr(weights_module, "choose_decode_attention", lambda: attention)
+    neither = TO_FLOAT32_BFLOAT16_CACHE if attention.run else TO_FLOAT32
     for amx, avx512_bf16, expected in ((True, True, TO_BFLOAT16), (True, False, TO_BFLOAT16),
-                                       (False, True, TO_BFLOAT16_FROM_64), (False, False, TO_FLOAT32)):
+                                       (False, True, TO_BFLOAT16_FROM_64), (False, False, neither)):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda bf16=avx512_bf16: bf16)
         assert choose_widening() == expected
@@ -130,16 +139,18 @@ def test_the_widening_is_bfloat16_where_the_cpu_multiplies_bfloat16_fast(monkeyp
     assert str(TO_BFLOAT16) == "bfloat16 products from 16 rows, bfloat16 cache"
     assert str(TO_BFLOAT16_FROM_64) == "bfloat16 products from 64 rows, bfloat16 cache"
     assert str(TO_FLOAT32) == "float32 products from 128 rows"
+    assert str(TO_FLOAT32_BFLOAT16_CACHE) == "float32 products from 128 rows, bfloat16 cache, attention in float32"
 
 
 def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monkeypatch):
     """With bfloat16's widening the cache holds its keys and values in bfloat16 (half the bytes, the memory check's
-    count the same) and every read attends in bfloat16, the output widened back; with float32's, float32."""
+    count the same) and every read attends in bfloat16, the output widened back; with float32's, float32; with
+    float32's and a bfloat16 cache (AVX2), the cache is bfloat16 and many tokens' attention widens it to float32."""
     sdpa, seen = torch.nn.functional.scaled_dot_product_attention, []
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
                         lambda q, k, v, **kw: seen.append((q.dtype, k.dtype)) or sdpa(q, k, v, **kw))
-    for name, dtype in ((str(TO_FLOAT32), torch.float32), (str(TO_BFLOAT16), torch.bfloat16)):
-        lm = tiny_int8_widened[name]
+    for widening in (TO_FLOAT32, TO_BFLOAT16, TO_FLOAT32_BFLOAT16_CACHE):
+        lm, dtype = tiny_int8_widened[str(widening)], widening.cache
         assert lm.dtype == torch.float32 and lm.kv_dtype == dtype
         seen.clear()
         doc = kvqa.prefill(lm, kvqa.document_from_text(TEXT), config=kvqa.Config.of(chunk_size=100))
@@ -150,7 +161,8 @@ def test_bfloat16s_widening_holds_the_cache_in_bfloat16(tiny_int8_widened, monke
         with torch.no_grad():  # a drafted step's shape through the model's forward
             logits = lm.model(input_ids=torch.tensor([[5, 6, 7]]), cache=doc.cache, use_cache=True).logits
         assert logits.dtype == torch.float32
-        assert seen and set(seen) == {(dtype, dtype)}  # the step written out and the first chunk
+        attends = widening.attention or dtype
+        assert seen and set(seen) == {(attends, attends)}  # the step written out and the first chunk
     half, full = (tiny_int8_widened[str(w)] for w in (TO_BFLOAT16, TO_FLOAT32))
     assert kvqa.model.kv_cache.bytes_per_token(half.config, half.kv_dtype) * 2 == kvqa.model.kv_cache.bytes_per_token(
         full.config, full.kv_dtype)
@@ -220,12 +232,14 @@ def test_a_product_is_its_layers_forward_as_a_plain_function():
 @pytest.fixture(scope="session")
 def tiny_int8_widened(default_lm) -> dict[str, kvqa.LoadedModel]:
     """The tiny Llama in int8 with each widening, whatever this CPU would choose, and with torch's int8 kernel."""
-    widened = {str(w): tiny_llama(default_lm.tokenizer, weights="int8", widening=w) for w in (TO_FLOAT32, TO_BFLOAT16)}
+    widened = {str(w): tiny_llama(default_lm.tokenizer, weights="int8", widening=w)
+               for w in (TO_FLOAT32, TO_BFLOAT16, TO_FLOAT32_BFLOAT16_CACHE)}
     return widened | {str(TORCH): tiny_llama(default_lm.tokenizer, weights="int8", kernel=TORCH)}
 
 
 @pytest.mark.parametrize("name,draft", [(str(TO_FLOAT32), 0), (str(TO_FLOAT32), 6), (str(TO_BFLOAT16), 0),
-                                        (str(TO_BFLOAT16), 6), (str(TORCH), 6), ("smollm2", 6)])
+                                        (str(TO_BFLOAT16), 6), (str(TO_FLOAT32_BFLOAT16_CACHE), 6), (str(TORCH), 6),
+                                        ("smollm2", 6)])
 def test_int8_answers_are_bit_for_bit_a_recompute_in_the_same_chunks(tiny_int8_widened, int8_lm, name, draft):
     lm = tiny_int8_widened.get(name, int8_lm)
     document = kvqa.document_from_text(TEXT)
@@ -246,18 +260,36 @@ def test_each_widening_and_kernel_keys_its_own_caches(tiny_int8_widened, tiny_lm
     """The widening and the int8 kernel change a prefilled cache's bits, so the store's key holds them (float32
     weights' keys as before); every int8 product of a model, the written-out step's fused ones included, widens the
     same way."""
-    wide, narrow = tiny_int8_widened[str(TO_FLOAT32)], tiny_int8_widened[str(TO_BFLOAT16)]
+    widenings = (TO_FLOAT32, TO_BFLOAT16, TO_FLOAT32_BFLOAT16_CACHE)
+    lms = [tiny_int8_widened[str(w)] for w in widenings]
     keys = {weights_fingerprint(lm.model) for lm in tiny_int8_widened.values()}
     if choose_kernel() is not TORCH:
-        assert len(keys) == 3
-    assert weights_fingerprint(wide.model) != weights_fingerprint(narrow.model)
+        assert len(keys) == 4
+    assert len({weights_fingerprint(lm.model) for lm in lms}) == 3
     assert weights_fingerprint(tiny_lm.model) == weights_fingerprint(tiny_llama(tiny_lm.tokenizer).model)
-    for lm, widening in ((wide, TO_FLOAT32), (narrow, TO_BFLOAT16)):
+    for lm, widening in zip(lms, widenings):
         products = [m for m in lm.model.modules() if isinstance(m, Int8Linear)] + [*lm.step.qkv, *lm.step.gate_up]
         assert {m.widening for m in products} == {widening}
     document = kvqa.document_from_text(TEXT)
-    caches = [kvqa.prefill(lm, document, config=kvqa.Config.of(chunk_size=128)).cache for lm in (wide, narrow)]
-    assert not all(torch.equal(a, b) for (a, _), (b, _) in zip(*(c.tensors() for c in caches)))
+    caches = [kvqa.prefill(lm, document, config=kvqa.Config.of(chunk_size=128)).cache for lm in lms]
+    assert not all(torch.equal(a, b) for (a, _), (b, _) in zip(caches[1].tensors(), caches[2].tensors()))
+
+
+@pytest.mark.parametrize("past", [0, 30])  # a first chunk (SDPA's causal kernel), a later one (attend_after_past)
+def test_a_bfloat16_cache_attended_in_float32_is_float32_attention_on_the_widened_cache(past):
+    """TO_FLOAT32_BFLOAT16_CACHE: many tokens' attention over a bfloat16 cache computes in float32 (the query kept,
+    the cache widened), bit for bit as over a float32 copy of the cache; not in bfloat16."""
+    torch.manual_seed(3)
+    query = torch.randn(1, 6, 20, 16)  # 6 query heads over 2 key/value heads
+    key, value = (torch.randn(1, 2, past + 20, 16).to(torch.bfloat16) for _ in range(2))
+    widened = SimpleNamespace(config=SimpleNamespace(kvqa_attention_dtype="float32"))
+    plain = SimpleNamespace(config=SimpleNamespace())
+    got = grouped_sdpa(widened, query, key, value, None)[0]
+    assert got.dtype == torch.float32 and got.shape == (1, 20, 6, 16)
+    assert torch.equal(got, grouped_sdpa(plain, query, key.float(), value.float(), None)[0])
+    in_bfloat16 = grouped_sdpa(plain, query, key, value, None)[0]
+    assert not torch.equal(got, in_bfloat16)
+    torch.testing.assert_close(got, in_bfloat16, rtol=0.05, atol=0.05)
 
 
 def test_the_engine_names_the_weights_and_promises_what_is_tested(int8_lm, default_lm):

@@ -1,18 +1,17 @@
 """The attention kvqa registers with transformers for the CPU (as GROUPED_SDPA; kvqa.model.loading sets it on a CPU
-model that
-would use "sdpa"): PyTorch's SDPA with grouped key/value heads taken as they are, without a copy of the cache per
-layer. transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed (later prefill
-chunks, drafted tokens); grouped_sdpa folds a single query token into its group instead, so one pass reads each head's
-keys once (kvqa.model.kernels.decode_attention: kvqa's C kernel on AVX2/AVX-512), and attend_after_past attends new
-tokens that follow
-cached ones without a T x S mask, the cached keys and the new ones in two passes merged by their log-sum-exps
-(causal_mask leaves that mask out), which SDPA's CPU kernel would otherwise convert, read for every head and compute
-the hidden blocks of in every layer. The same attention up to rounding (the summation order changes;
-tests/test_exactness.py); the measured gains are in grouped_sdpa's and attend_after_past's docstrings. Where the cache
-holds its keys and values in another dtype than the queries' (bfloat16 with int8 weights on a CPU with AMX:
-kvqa.model.weights.TO_BFLOAT16), the queries are rounded to it and the output widened back: attention reads half the
-bytes
-(an 80-token question on 4,096 cached tokens, its cached part in bfloat16: 181 -> 141 ms, SmolLM2, 2026-12-02).
+model that would use "sdpa"): PyTorch's SDPA with grouped key/value heads taken as they are, without a copy of the
+cache per layer. transformers' own sdpa copies each key/value head for its query heads whenever a mask is needed
+(later prefill chunks, drafted tokens); grouped_sdpa folds a single query token into its group instead, so one pass
+reads each head's keys once (kvqa.model.kernels.decode_attention: kvqa's C kernel on AVX2/AVX-512), and
+attend_after_past attends new tokens that follow cached ones without a T x S mask, the cached keys and the new ones in
+two passes merged by their log-sum-exps (causal_mask leaves that mask out), which SDPA's CPU kernel would otherwise
+convert, read for every head and compute the hidden blocks of in every layer. The same attention up to rounding (the
+summation order changes; tests/test_exactness.py); the measured gains are in grouped_sdpa's and attend_after_past's
+docstrings. Where the cache holds its keys and values in bfloat16 (int8 weights: kvqa.model.weights.Widening), a
+single token's attention reads it as it is (kvqa's kernel keeps the query and output float32); many tokens' attention
+computes in attention_dtype(): bfloat16 on a CPU with bfloat16 arithmetic (AMX: an 80-token question on 4,096 cached
+tokens, its cached part in bfloat16: 181 -> 141 ms, SmolLM2, 2026-12-02), the queries rounded to it and the output
+widened back; float32 elsewhere, the cache widened as it is read.
 """
 
 from __future__ import annotations
@@ -42,9 +41,10 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
     if q_len == 1 and attention_mask is None and b == 1:  # one token (a decode step), its group's queries together
         out = attend_one(query.reshape(b, kv_heads, heads // kv_heads, d), key, value, scaling or d ** -0.5)
         return out.reshape(b, heads, q_len, d).transpose(1, 2).to(dtype).contiguous(), None
-    query = query.to(key.dtype)  # a bfloat16 cache (int8 weights on AMX): bfloat16 attention, widened after
+    compute = attention_dtype(module, key.dtype)
+    query, key, value = query.to(compute), key.to(compute), value.to(compute)  # see attention_dtype
     if attention_mask is not None and attention_mask.is_floating_point():
-        attention_mask = attention_mask.to(key.dtype)  # SDPA takes a boolean mask or one in the query's dtype
+        attention_mask = attention_mask.to(compute)  # SDPA takes a boolean mask or one in the query's dtype
     if q_len == 1 and heads != kv_heads:
         mask = attention_mask  # (B, 1, 1, S) or None: the same for every head, so it broadcasts over the group
         out = torch.nn.functional.scaled_dot_product_attention(
@@ -57,6 +57,14 @@ def grouped_sdpa(module, query, key, value, attention_mask, dropout: float = 0.0
             query, key, value, attn_mask=attention_mask, scale=scaling, is_causal=causal,
             enable_gqa=heads != kv_heads)
     return out.reshape(b, heads, q_len, d).transpose(1, 2).to(dtype).contiguous(), None  # (B, T, H, D)
+
+
+def attention_dtype(module, cache: torch.dtype) -> torch.dtype:
+    """The dtype attention over many tokens computes in: the cache's (a bfloat16 cache with int8 weights on AMX:
+    bfloat16 attention, its output widened after), unless the model's int8 widening names another (a bfloat16 cache
+    on a CPU without bfloat16 arithmetic: float32, the cache widened as it is read; kvqa.model.weights.Widening)."""
+    name = getattr(getattr(module, "config", None), "kvqa_attention_dtype", None)
+    return getattr(torch, name) if name else cache
 
 
 def attend_after_past(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -13,7 +13,10 @@ tiles, or AVX-512's bfloat16 dot products), whose product then rounds its output
 with a scale a run) to float32 times the scales (the same weights, float32 inputs):
 `Widening` names the rule, chosen once per machine by `choose_widening` (docs/performance.md measures both). With
 bfloat16's, the cache holds its keys and values in bfloat16 too (LoadedModel.kv_dtype): half the bytes a decode
-step reads at a long context and a question's turn attends to, and half the memory. Everything else between the
+step reads at a long context and a question's turn attends to, and half the memory. With float32's, where kvqa's
+decode attention reads a bfloat16 cache, the cache is bfloat16 as well, but attention over many tokens (a prefill
+chunk, a question's turn) widens it to float32: torch's bfloat16 attention is slower than its float32 one on a CPU
+without bfloat16 arithmetic. Everything else between the
 products (norms, the residual stream) stays float32. The roundings mean a cached answer is
 promised bit for bit equal to a recompute in the same chunks (as for bfloat16 models), not to one read in one go:
 tests/test_weights.py and tests/test_exactness.py. A tied embedding and output layer share one int8 matrix.
@@ -29,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from kvqa.errors import ModelError
+from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kernels.int8_kernel import Int8Kernel, choose_kernel, widened
 
 FORMS = ("fp32", "int8")  # what Config.weights names, besides "auto" (choose_weights)
@@ -53,24 +57,33 @@ class Widening:
     dtype: torch.dtype
     rows: int
     cache: torch.dtype = torch.float32  # the dtype the cache holds the keys and values in
+    attention: torch.dtype | None = None  # the dtype attention over many tokens computes in; None: the cache's
 
     def __str__(self) -> str:
         dtype, cache = (str(t).removeprefix("torch.") for t in (self.dtype, self.cache))
-        return f"{dtype} products from {self.rows} rows" + (f", {cache} cache" if self.cache != torch.float32 else "")
+        return (f"{dtype} products from {self.rows} rows" + (f", {cache} cache" if self.cache != torch.float32 else "")
+                + (f", attention in {str(self.attention).removeprefix('torch.')}"
+                   if self.attention not in (None, self.cache) else ""))
 
 
 # Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
 # product overtakes torch's near 128 rows on AVX2; a bfloat16 product on AMX near 16 (kvqa's kernel near 28 rows; 16
-# kept), and with AVX-512's bfloat16 dot products but no AMX (AMD's Zen 4 and later) near 64.
+# kept), and with AVX-512's bfloat16 dot products but no AMX (AMD's Zen 4 and later) near 64. Without bfloat16
+# arithmetic (AVX2), a bfloat16 cache still halves what a decode step reads (kvqa's decode attention widens as it
+# reads), while many tokens' attention over it runs faster widened to float32 (AVX2 code on the Xeon, 7,000 tokens
+# read at 259 tokens/s widened against 208 in bfloat16 and 250 with a float32 cache; docs/performance.md).
 TO_FLOAT32 = Widening(torch.float32, 128)
+TO_FLOAT32_BFLOAT16_CACHE = Widening(torch.float32, 128, cache=torch.bfloat16, attention=torch.float32)
 TO_BFLOAT16 = Widening(torch.bfloat16, 16, cache=torch.bfloat16)
 TO_BFLOAT16_FROM_64 = Widening(torch.bfloat16, 64, cache=torch.bfloat16)
 
 
 def choose_widening(group: int | None = None) -> Widening:
     """bfloat16 products where the CPU multiplies bfloat16 faster than float32: AMX's tiles (from 16 rows on) or
-    AVX-512's bfloat16 dot products (from 64; 2.2x float32's rate measured), else float32's. group (a scale a run of
-    `group` weights, int8_group): float32's, as such rows have no exact bfloat16 product (int8_product)."""
+    AVX-512's bfloat16 dot products (from 64; 2.2x float32's rate measured), else float32's, with a bfloat16 cache
+    attended in float32 where kvqa's decode attention runs (TO_FLOAT32_BFLOAT16_CACHE). group (a scale a run of
+    `group` weights, int8_group): float32's and a float32 cache, as such rows have no exact bfloat16 product
+    (int8_product) and that model's answers were measured so."""
     if group:
         return TO_FLOAT32
 
@@ -78,7 +91,9 @@ def choose_widening(group: int | None = None) -> Widening:
         return getattr(torch.cpu, name, lambda: False)()
     if has("_is_amx_tile_supported"):
         return TO_BFLOAT16
-    return TO_BFLOAT16_FROM_64 if has("_is_avx512_bf16_supported") else TO_FLOAT32
+    if has("_is_avx512_bf16_supported"):
+        return TO_BFLOAT16_FROM_64
+    return TO_FLOAT32_BFLOAT16_CACHE if choose_decode_attention().run is not None else TO_FLOAT32
 
 
 class Linear(torch.nn.Module):
@@ -213,6 +228,9 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     model.config.kvqa_products = (f"{kernel} below {widening.rows} rows, {widening}"
                                   + (f", a scale per {group} weights" if group else ""))
     model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
+    if widening.attention not in (None, widening.cache):  # kvqa.model.attention.grouped_sdpa reads it
+        for config in {id(c): c for c in (model.config, model.config.get_text_config(decoder=True))}.values():
+            config.kvqa_attention_dtype = str(widening.attention).removeprefix("torch.")
     return model
 
 
