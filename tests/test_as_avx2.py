@@ -1,5 +1,6 @@
 """scripts/as_avx2.py runs a script in AVX2 code (torch's AVX2 kernels, kvqa's kernels built for AVX2, float32
-widening, a bfloat16 cache attended in float32): what docs/performance.md's AVX2 table on an AVX-512 machine rests on."""
+widening, a bfloat16 cache attended in float32): what docs/performance.md's AVX2 tables on an AVX-512 machine rest
+on."""
 
 from __future__ import annotations
 
