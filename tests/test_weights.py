@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import kvqa
 from conftest import tiny_llama
 from kvqa.bench import run_bench
-from kvqa.bench.report import format_table
+from kvqa.bench.report import _s, format_table
 from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
 from kvqa.cache.store import weights_fingerprint
 from kvqa.engines.local import LocalEngine
@@ -351,6 +351,10 @@ def test_the_bench_runs_forms_side_by_side(tiny_lm, tiny_int8):
     table = format_table(result)
     assert "runs side by side" in table and "(int8 weights)" not in table.split("runs side by side")[0]
     assert "int8 weights: weights" in table
+    # the token as answered (drafting where a form drafts) and the bare step, each form against the first
+    ratio = int8["written_step_s"] / fp32["written_step_s"]
+    line = next(line for line in table.splitlines() if "int8 weights: weights" in line)
+    assert f"a step alone {_s(int8['written_step_s'])} vs {_s(fp32['written_step_s'])}, {ratio:.2f}x)" in line
 
 
 @pytest.mark.model  # `kvqa ask` loads the default model in a subprocess
