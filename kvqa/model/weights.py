@@ -228,9 +228,9 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     model.config.kvqa_products = (f"{kernel} below {widening.rows} rows, {widening}"
                                   + (f", a scale per {group} weights" if group else ""))
     model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
-    if widening.attention not in (None, widening.cache):  # kvqa.model.attention.grouped_sdpa reads it
-        for config in {id(c): c for c in (model.config, model.config.get_text_config(decoder=True))}.values():
-            config.kvqa_attention_dtype = str(widening.attention).removeprefix("torch.")
+    if widening.attention not in (None, widening.cache):  # grouped_sdpa reads it from the attention's (text) config
+        text_config = model.config.get_text_config(decoder=True)
+        text_config.kvqa_attention_dtype = str(widening.attention).removeprefix("torch.")
     return model
 
 
