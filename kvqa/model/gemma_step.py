@@ -11,11 +11,13 @@ and sliding-window layers with their own rotary base, which attend to the window
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from transformers.models.gemma3.modeling_gemma3 import rotate_half
 
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kv_cache import KVCache
 from kvqa.model.llama_step import fuse_layers
+from kvqa.model.weights import product
 
 
 def supports(model, device: torch.device) -> bool:
@@ -37,6 +39,14 @@ class GemmaStep:
         self.head_dim = config.head_dim
         self.kinds = list(config.layer_types)
         self.qkv, self.gate_up = fuse_layers(model)
+        # per layer, what the loop uses, looked up once (a module call costs microseconds, a norm eight operations)
+        self.layers = [(gemma_norm(layer.input_layernorm), product(qkv), gemma_norm(layer.self_attn.q_norm),
+                        gemma_norm(layer.self_attn.k_norm), layer.self_attn.scaling, product(layer.self_attn.o_proj),
+                        gemma_norm(layer.post_attention_layernorm), gemma_norm(layer.pre_feedforward_layernorm),
+                        product(gate_up), layer.mlp.act_fn, product(layer.mlp.down_proj),
+                        gemma_norm(layer.post_feedforward_layernorm))
+                       for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
+        self.norm, self.head = gemma_norm(model.model.norm), product(model.lm_head)
 
     @torch.no_grad()
     def __call__(self, token: int, cache: KVCache) -> torch.Tensor:
@@ -46,12 +56,11 @@ class GemmaStep:
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden), scaled by sqrt(hidden)
         at = torch.tensor([[position]])
         rope = {kind: model.rotary_emb(x, at, kind) for kind in set(self.kinds)}  # (1, 1, D) cos, sin per kind
-        for layer, kind, qkv_proj, gate_up_proj, held in zip(model.layers, self.kinds, self.qkv, self.gate_up,
-                                                                 cache.layers):
-            attn = layer.self_attn
-            qkv = qkv_proj(layer.input_layernorm(x))  # (1, 1, (H + 2 KV) D)
-            q = attn.q_norm(qkv[..., : h * d].view(1, 1, h, d).transpose(1, 2))  # (1, H, 1, D)
-            k = attn.k_norm(qkv[..., h * d: (h + kv) * d].view(1, 1, kv, d).transpose(1, 2))  # (1, KV, 1, D)
+        for (in_norm, qkv_proj, q_norm, k_norm, scaling, o_proj, post_attn_norm, pre_mlp_norm, gate_up_proj, act_fn,
+             down_proj, post_mlp_norm), kind, held in zip(self.layers, self.kinds, cache.layers):
+            qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)
+            q = q_norm(qkv[..., : h * d].view(1, 1, h, d).transpose(1, 2))  # (1, H, 1, D)
+            k = k_norm(qkv[..., h * d: (h + kv) * d].view(1, 1, kv, d).transpose(1, 2))  # (1, KV, 1, D)
             cos, sin = (t.unsqueeze(1) for t in rope[kind])
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # apply_rotary_pos_emb
             held.key_buffer[:, :, position: position + 1].copy_(k)
@@ -59,9 +68,22 @@ class GemmaStep:
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
             start = held.window_start  # what the window sees (the cache's length is still `position`)
             keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
-            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, attn.scaling)  # (1, KV, H / KV, D)
-            x = x + layer.post_attention_layernorm(attn.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
-            gate, up = gate_up_proj(layer.pre_feedforward_layernorm(x)).chunk(2, dim=-1)
-            x = x + layer.post_feedforward_layernorm(layer.mlp.down_proj(layer.mlp.act_fn(gate) * up))
+            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, scaling)  # (1, KV, H / KV, D)
+            x = x + post_attn_norm(o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
+            gate, up = gate_up_proj(pre_mlp_norm(x)).chunk(2, dim=-1)
+            x = x + post_mlp_norm(down_proj(act_fn(gate) * up))
         cache.advance(1)
-        return self.model.lm_head(model.norm(x))[:, -1]
+        return self.head(self.norm(x))[:, -1]
+
+
+def gemma_norm(module: torch.nn.Module):
+    """A Gemma 3 RMSNorm as one operation: PyTorch's rms_norm with the weight (1 + w) made once, where the module
+    computes x * rsqrt(mean(x^2) + eps) * (1 + w) in float32 in some eight (the same bits: tests/test_llama_step.py);
+    its input and output in the module's dtype as the module's are."""
+    weight = 1.0 + module.weight.float()
+    shape, eps = tuple(module.weight.shape), module.eps
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), shape, weight=weight, eps=eps).type_as(x)
+
+    return norm
