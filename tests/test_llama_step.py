@@ -64,8 +64,9 @@ def test_other_shapes_of_grouped_attention_step_the_same(tiny_lm, tiny_llama3_lm
         assert all(torch.equal(a, b) for a, b in zip(fast_logits, forward_logits))
 
 
-def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32, weights: str = "fp32"):
-    """A random Gemma 3 text model: five sliding-window layers (16 positions) and a global one, 4 heads on 2."""
+def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32, weights: str = "fp32", key_eps: float | None = None):
+    """A random Gemma 3 text model: five sliding-window layers (16 positions) and a global one, 4 heads on 2
+    (key_eps: the keys' norms' own eps, not the model's)."""
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=6,
                               num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=16,
@@ -74,12 +75,14 @@ def tiny_gemma(tokenizer, dtype: torch.dtype = torch.float32, weights: str = "fp
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0, 0.2)  # the norms' weights too: Gemma's start at 0 (scale 1 + w)
+    for layer in model.model.layers if key_eps is not None else ():
+        layer.self_attn.k_norm.eps = key_eps
     return prepare(model.to(dtype), tokenizer, name="tiny-gemma", device=torch.device("cpu"), weights=weights)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gemma_steps_as_its_forward_does_bit_for_bit_past_the_window(default_lm, dtype):
-    lm = tiny_gemma(default_lm.tokenizer, dtype)
+@pytest.mark.parametrize("dtype, key_eps", [(torch.float32, None), (torch.bfloat16, None), (torch.float32, 1e-2)])
+def test_gemma_steps_as_its_forward_does_bit_for_bit_past_the_window(default_lm, dtype, key_eps):
+    lm = tiny_gemma(default_lm.tokenizer, dtype, key_eps=key_eps)
     assert type(lm.step).__name__ == "GemmaStep"
     for prompt_tokens in (1, 9, 40):  # inside the 16-position window, and past it
         (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers.models.gemma3.modeling_gemma3 import rotate_half
 
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kv_cache import KVCache
@@ -40,8 +39,9 @@ class GemmaStep:
         self.kinds = list(config.layer_types)
         self.qkv, self.gate_up = fuse_layers(model)
         # per layer, what the loop uses, looked up once (a module call costs microseconds, a norm eight operations)
-        self.layers = [(gemma_norm(layer.input_layernorm), product(qkv), gemma_norm(layer.self_attn.q_norm),
-                        gemma_norm(layer.self_attn.k_norm), layer.self_attn.scaling, product(layer.self_attn.o_proj),
+        self.layers = [(gemma_norm(layer.input_layernorm), product(qkv),
+                        head_norms(layer.self_attn.q_norm, layer.self_attn.k_norm, self.heads, self.kv_heads),
+                        layer.self_attn.scaling, product(layer.self_attn.o_proj),
                         gemma_norm(layer.post_attention_layernorm), gemma_norm(layer.pre_feedforward_layernorm),
                         product(gate_up), layer.mlp.act_fn, product(layer.mlp.down_proj),
                         gemma_norm(layer.post_feedforward_layernorm))
@@ -55,14 +55,18 @@ class GemmaStep:
         assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden), scaled by sqrt(hidden)
         at = torch.tensor([[position]])
-        rope = {kind: model.rotary_emb(x, at, kind) for kind in set(self.kinds)}  # (1, 1, D) cos, sin per kind
-        for (in_norm, qkv_proj, q_norm, k_norm, scaling, o_proj, post_attn_norm, pre_mlp_norm, gate_up_proj, act_fn,
+        half = d // 2  # rotate_half(t) * sin == roll(t, D / 2) * sin with its first half negated, bit for bit
+        rope = {}  # per kind of layer (sliding or full), its rotation's (1, 1, 1, D) cos and sin, sin's half negated
+        for kind in set(self.kinds):
+            cos, sin = model.rotary_emb(x, at, kind)  # (1, 1, D)
+            rope[kind] = cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+        for (in_norm, qkv_proj, qk_norm, scaling, o_proj, post_attn_norm, pre_mlp_norm, gate_up_proj, act_fn,
              down_proj, post_mlp_norm), kind, held in zip(self.layers, self.kinds, cache.layers):
             qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)
-            q = q_norm(qkv[..., : h * d].view(1, 1, h, d).transpose(1, 2))  # (1, H, 1, D)
-            k = k_norm(qkv[..., h * d: (h + kv) * d].view(1, 1, kv, d).transpose(1, 2))  # (1, KV, 1, D)
-            cos, sin = (t.unsqueeze(1) for t in rope[kind])
-            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin  # apply_rotary_pos_emb
+            qk = qk_norm(qkv[..., : (h + kv) * d].view(1, 1, h + kv, d).transpose(1, 2))  # (1, H + KV, 1, D)
+            cos, sin = rope[kind]
+            qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
+            q, k = qk[:, :h], qk[:, h:]
             held.key_buffer[:, :, position: position + 1].copy_(k)
             held.value_buffer[:, :, position: position + 1].copy_(
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
@@ -74,6 +78,22 @@ class GemmaStep:
             x = x + post_mlp_norm(down_proj(act_fn(gate) * up))
         cache.advance(1)
         return self.head(self.norm(x))[:, -1]
+
+
+def head_norms(q_norm: torch.nn.Module, k_norm: torch.nn.Module, heads: int, kv_heads: int):
+    """A Gemma 3 layer's query and key norms (RMSNorms over each head's D values, the queries' and the keys' own
+    weights) as one function of the heads side by side, (1, H + KV, 1, D): rms_norm without a weight, then times each
+    head's (1 + w), the same bits as the two modules (tests/test_llama_step.py)."""
+    if q_norm.eps != k_norm.eps:  # not Gemma 3's (one rms_norm_eps): each by its own module
+        return lambda qk: torch.cat((q_norm(qk[:, :heads]), k_norm(qk[:, heads:])), dim=1)
+    d, eps = q_norm.weight.shape[-1], q_norm.eps
+    weight = torch.cat([(1.0 + q_norm.weight.float()).expand(heads, d),
+                        (1.0 + k_norm.weight.float()).expand(kv_heads, d)]).view(heads + kv_heads, 1, d)
+
+    def norm(qk: torch.Tensor) -> torch.Tensor:
+        return (F.rms_norm(qk.float(), (d,), eps=eps) * weight).type_as(qk)
+
+    return norm
 
 
 def gemma_norm(module: torch.nn.Module):
