@@ -59,11 +59,15 @@ class Widening:
     cache: torch.dtype = torch.float32  # the dtype the cache holds the keys and values in
     attention: torch.dtype | None = None  # the dtype attention over many tokens computes in; None: the cache's
 
+    @property
+    def attention_apart(self) -> str | None:
+        """The dtype's name where many tokens' attention computes in another dtype than the cache's, else None."""
+        return str(self.attention).removeprefix("torch.") if self.attention not in (None, self.cache) else None
+
     def __str__(self) -> str:
         dtype, cache = (str(t).removeprefix("torch.") for t in (self.dtype, self.cache))
         return (f"{dtype} products from {self.rows} rows" + (f", {cache} cache" if self.cache != torch.float32 else "")
-                + (f", attention in {str(self.attention).removeprefix('torch.')}"
-                   if self.attention not in (None, self.cache) else ""))
+                + (f", attention in {self.attention_apart}" if self.attention_apart else ""))
 
 
 # Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
@@ -228,9 +232,8 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     model.config.kvqa_products = (f"{kernel} below {widening.rows} rows, {widening}"
                                   + (f", a scale per {group} weights" if group else ""))
     model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
-    if widening.attention not in (None, widening.cache):  # grouped_sdpa reads it from the attention's (text) config
-        text_config = model.config.get_text_config(decoder=True)
-        text_config.kvqa_attention_dtype = str(widening.attention).removeprefix("torch.")
+    if widening.attention_apart:  # grouped_sdpa reads it from the attention's (text) config
+        model.config.get_text_config(decoder=True).kvqa_attention_dtype = widening.attention_apart
     return model
 
 
