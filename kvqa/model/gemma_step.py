@@ -43,7 +43,7 @@ class GemmaStep:
                         head_norms(layer.self_attn.q_norm, layer.self_attn.k_norm, self.heads, self.kv_heads),
                         layer.self_attn.scaling, product(layer.self_attn.o_proj),
                         gemma_norm(layer.post_attention_layernorm), gemma_norm(layer.pre_feedforward_layernorm),
-                        product(gate_up), layer.mlp.act_fn, product(layer.mlp.down_proj),
+                        product(gate_up), layer.mlp.act_fn.forward, product(layer.mlp.down_proj),
                         gemma_norm(layer.post_feedforward_layernorm))
                        for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
         self.norm, self.head = gemma_norm(model.model.norm), product(model.lm_head)

@@ -35,8 +35,27 @@ class _BufferLayer(DynamicLayer):
         self.key_buffer = key_states.new_empty((b, h, self.capacity, d), dtype=self.dtype or key_states.dtype)
         self.value_buffer = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]),
                                                    dtype=self.dtype or value_states.dtype)
-        self.keys, self.values = self.key_buffer[:, :, :0], self.value_buffer[:, :, :0]
         self.is_initialized = True
+
+    # the filled part's views, made as they are read: the written-out decode steps change the length 30 times a token
+    # and read the buffers themselves (making both views at every change cost some 0.2 ms a token)
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return self.key_buffer[:, :, : self.length] if self.is_initialized else None
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self.value_buffer[:, :, : self.length] if self.is_initialized else None
+
+    @keys.setter
+    def keys(self, tensor: None) -> None:  # transformers' layer sets None as it starts; nothing else is taken
+        if tensor is not None:
+            raise AttributeError("a kvqa cache layer's keys are its buffer's filled part")
+
+    @values.setter
+    def values(self, tensor: None) -> None:
+        if tensor is not None:
+            raise AttributeError("a kvqa cache layer's values are its buffer's filled part")
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
@@ -69,9 +88,6 @@ class _BufferLayer(DynamicLayer):
 
     def _set_length(self, length: int) -> None:
         self.length = length
-        if self.is_initialized:
-            self.keys = self.key_buffer[:, :, :length]
-            self.values = self.value_buffer[:, :, :length]
 
     def __getstate__(self) -> dict:
         """Pickle (the ZeroGPU boundary) only the filled part of the buffers, once: not the reserve, not views."""

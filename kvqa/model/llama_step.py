@@ -55,7 +55,7 @@ class LlamaStep:
         # per layer, what the loop uses, looked up once (a module call costs microseconds, some 200 a token)
         self.layers = [(norm(layer.input_layernorm), product(qkv), layer.self_attn.scaling,
                         product(layer.self_attn.o_proj), norm(layer.post_attention_layernorm), product(gate_up),
-                        layer.mlp.act_fn, product(layer.mlp.down_proj))
+                        layer.mlp.act_fn.forward, product(layer.mlp.down_proj))
                        for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
         self.in_c = layers_in_c(model, self.qkv, self.gate_up, cache_dtype(model), self.heads, self.kv_heads,
                                 self.head_dim)  # int8 on kvqa's kernels: the loop below in C

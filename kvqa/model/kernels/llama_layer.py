@@ -143,4 +143,4 @@ def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: i
     c_model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
                     float(model.model.layers[0].self_attn.scaling), int(kv_dtype == torch.bfloat16), matmuls.pop(),
                     norm_kernels.pop(), attention.address, table)
-    return CLayers(built, c_model, table, [layer.mlp.act_fn for layer in model.model.layers], keep, kv_dtype)
+    return CLayers(built, c_model, table, [layer.mlp.act_fn.forward for layer in model.model.layers], keep, kv_dtype)
