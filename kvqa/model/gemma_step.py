@@ -1,8 +1,9 @@
 """One decode step of a Gemma 3 text model on the CPU, written out (as kvqa.model.llama_step is for Llama).
 
 transformers' forward for one token builds two masks, two rotary tables and some 120 small operations a layer around
-the 7 matrix products; this step does the same arithmetic in the same order with the same kernels, so its logits and
-the keys/values it writes are the model's own bit for bit (tests/test_llama_step.py). Gemma 3 adds to Llama's layer:
+the 7 matrix products; this step does the same arithmetic in the same order with the same kernels (each RMSNorm's
+eight operations as PyTorch's one rms_norm, which rounds alike), so its logits and the keys/values it writes are the
+model's own bit for bit (tests/test_llama_step.py). Gemma 3 adds to Llama's layer:
 norms on each head's queries and keys, a norm after attention and around the MLP, embeddings scaled by sqrt(hidden),
 and sliding-window layers with their own rotary base, which attend to the window's last positions of the cache only
 (kvqa.model.kv_cache keeps every position; the window is a view).

@@ -38,7 +38,7 @@ class _BufferLayer(DynamicLayer):
         self.is_initialized = True
 
     # the filled part's views, made as they are read: the written-out decode steps change the length 30 times a token
-    # and read the buffers themselves (making both views at every change cost some 0.2 ms a token)
+    # and read the buffers themselves (both views made at every change cost a few tenths of a millisecond a token)
     @property
     def keys(self) -> torch.Tensor | None:
         return self.key_buffer[:, :, : self.length] if self.is_initialized else None
