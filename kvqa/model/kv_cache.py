@@ -65,7 +65,7 @@ class _BufferLayer(DynamicLayer):
         self.key_buffer[:, :, self.length: end].copy_(key_states)
         self.value_buffer[:, :, self.length: end].copy_(value_states)
         start = self.window_start
-        self._set_length(end)
+        self.length = end
         if start:
             return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]  # what the window sees
         return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
@@ -84,14 +84,11 @@ class _BufferLayer(DynamicLayer):
         return self.length
 
     def crop(self, tokens_to_remove: int) -> None:
-        self._set_length(self.length - abs(tokens_to_remove))
-
-    def _set_length(self, length: int) -> None:
-        self.length = length
+        self.length -= abs(tokens_to_remove)
 
     def __getstate__(self) -> dict:
         """Pickle (the ZeroGPU boundary) only the filled part of the buffers, once: not the reserve, not views."""
-        state = {k: v for k, v in self.__dict__.items() if k not in ("keys", "values")}
+        state = dict(self.__dict__)  # the filled views are properties, not held
         if self.is_initialized:
             state["key_buffer"] = self.key_buffer[:, :, : self.length].clone()
             state["value_buffer"] = self.value_buffer[:, :, : self.length].clone()
@@ -104,14 +101,12 @@ class _BufferLayer(DynamicLayer):
             self.lazy_initialization(filled_keys, filled_values)  # full-capacity buffers again
             self.key_buffer[:, :, : self.length].copy_(filled_keys)
             self.value_buffer[:, :, : self.length].copy_(filled_values)
-        self._set_length(self.length)
 
     def to(self, device: torch.device) -> None:
         if self.is_initialized:
             self.key_buffer = self.key_buffer.to(device)
             self.value_buffer = self.value_buffer.to(device)
             self.device = self.key_buffer.device
-            self._set_length(self.length)
 
 
 class KVCache(Cache):
@@ -137,7 +132,7 @@ class KVCache(Cache):
         """Forget every token after the first `length`, in place."""
         assert 0 <= length <= self.length, f"cannot roll back to {length} from {self.length}"
         for layer in self.layers:
-            layer._set_length(length)
+            layer.length = length
 
     @property
     def nbytes(self) -> int:
@@ -181,7 +176,7 @@ class KVCache(Cache):
         """Count `tokens` written by a step on the static view as held."""
         assert self.length + tokens <= self.capacity, f"cache overflow: {self.length + tokens} > {self.capacity}"
         for layer in self.layers:
-            layer._set_length(layer.length + tokens)
+            layer.length += tokens
 
     def to(self, device: torch.device | str) -> KVCache:
         """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
