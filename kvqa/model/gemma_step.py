@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kv_cache import KVCache
-from kvqa.model.llama_step import fuse_layers
+from kvqa.model.llama_step import fuse_layers, rolled_sin
 from kvqa.model.weights import product
 
 
@@ -56,11 +56,11 @@ class GemmaStep:
         assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden), scaled by sqrt(hidden)
         at = torch.tensor([[position]])
-        half = d // 2  # rotate_half(t) * sin == roll(t, D / 2) * sin with its first half negated, bit for bit
-        rope = {}  # per kind of layer (sliding or full), its rotation's (1, 1, 1, D) cos and sin, sin's half negated
+        half = d // 2
+        rope = {}  # per kind of layer (sliding or full), its rotation's (1, 1, 1, D) cos and rolled sin
         for kind in set(self.kinds):
             cos, sin = model.rotary_emb(x, at, kind)  # (1, 1, D)
-            rope[kind] = cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
+            rope[kind] = cos.unsqueeze(1), rolled_sin(sin).unsqueeze(1)
         for (in_norm, qkv_proj, qk_norm, scaling, o_proj, post_attn_norm, pre_mlp_norm, gate_up_proj, act_fn,
              down_proj, post_mlp_norm), kind, held in zip(self.layers, self.kinds, cache.layers):
             qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)

@@ -43,6 +43,13 @@ def fuse_layers(model) -> tuple[list[torch.nn.Module], list[torch.nn.Module]]:
             [fuse(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in layers])
 
 
+def rolled_sin(sin: torch.Tensor) -> torch.Tensor:
+    """sin (..., D) with its first half negated: rotate_half(t) * sin == roll(t, D / 2) * rolled_sin(sin), bit for bit
+    (one operation a layer instead of four)."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
 class LlamaStep:
     """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
 
@@ -74,8 +81,7 @@ class LlamaStep:
         assert position < cache.capacity, f"cache overflow: {position + 1} > {cache.capacity} tokens"
         x = model.embed_tokens(torch.tensor([[token]]))  # (1, 1, hidden)
         cos, sin = model.rotary_emb(x, torch.tensor([[position]]))  # (1, 1, D) each
-        half = d // 2  # rotate_half(t) * sin == roll(t, D / 2) * sin with its first half negated, bit for bit
-        sin = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)  # (one op a layer instead of four)
+        half, sin = d // 2, rolled_sin(sin)
         if self.in_c is not None and self.in_c.takes(cache):  # the loop below, in C
             x = self.in_c(x, cos, sin, cache, position)
             cache.advance(1)
