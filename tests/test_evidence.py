@@ -22,6 +22,7 @@ from kvqa.evidence.sources import (
     source_dict,
 )
 from kvqa.evidence.support import unquoted, unsupported
+from kvqa.model.vocabulary import number_tokens
 from kvqa.prompt import question_turn
 from kvqa.results import Question
 from kvqa.session.ask import ask, ask_without_cache
@@ -175,7 +176,7 @@ def test_quoted_answers_equal_a_recompute_and_leave_the_cache_as_it_was(tiny_lm,
 
 def test_a_list_that_counts_up_is_a_loop(default_lm):
     tok = default_lm.tokenizer
-    digits = decode.number_tokens(tok)
+    digits = number_tokens(tok)
     ids = tok("".join(f"{n}. It takes a structure that is defined by the structure name.\n" for n in range(2, 8)),
               add_special_tokens=False)["input_ids"]
     assert decode.is_looping(ids, 12, digits=digits)

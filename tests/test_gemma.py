@@ -14,9 +14,9 @@ import torch
 
 import kvqa
 from kvqa.evidence.sources import candidates, quotes
-from kvqa.generation.decode import line_end_tokens
 from kvqa.generation.rerank import passage_order
 from kvqa.model.offline import GEMMA3, model_dir
+from kvqa.model.vocabulary import line_end_tokens
 from kvqa.results import Question
 from kvqa.session.ask import ask
 from stock import StockGenerate

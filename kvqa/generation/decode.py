@@ -20,6 +20,7 @@ from kvqa.config import Decoding
 from kvqa.generation.repeats import SentenceRepeats
 from kvqa.model.kv_cache import KVCache
 from kvqa.model.loading import LoadedModel
+from kvqa.model.vocabulary import line_end_tokens, number_tokens
 from kvqa.prompt import Prompt
 from kvqa.results import Answer
 from kvqa.timing import Timings, now
@@ -322,43 +323,14 @@ def repeated_tail(tokens: list[int], *, max_period: int = 64) -> tuple[int, int]
 
 def is_looping(tokens: list[int], min_run: int, *, digits: frozenset[int] = frozenset()) -> bool:
     """True when the answer ends by saying something again: a span repeated whole, over at least min_run tokens.
-    Tokens in `digits` (a tokenizer's number tokens: see number_tokens) count as one and the same, so a list that
-    counts up ("2. It takes ... 3. It takes ...") repeats too."""
+    Tokens in `digits` (a tokenizer's number tokens: kvqa.model.vocabulary.number_tokens) count as one and the same,
+    so a list that counts up ("2. It takes ... 3. It takes ...") repeats too."""
     if min_run <= 0 or len(tokens) < min_run:
         return False
     if digits:
         tokens = [-1 if t in digits else t for t in tokens]
     period, run = repeated_tail(tokens)
     return run >= max(period, min_run)
-
-
-_number_tokens: dict[int, frozenset[int]] = {}
-
-
-def number_tokens(tokenizer) -> frozenset[int]:
-    """The ids of the tokenizer's tokens that are digits only (with a leading space or not); computed once per
-    tokenizer."""
-    key = id(tokenizer)
-    if key not in _number_tokens:
-        vocab = tokenizer.get_vocab()
-        ids = [i for token, i in vocab.items() if tokenizer.convert_tokens_to_string([token]).strip().isdigit()]
-        _number_tokens[key] = frozenset(ids)
-    return _number_tokens[key]
-
-
-_line_ends: dict[int, frozenset[int]] = {}
-
-
-def line_end_tokens(tokenizer) -> frozenset[int]:
-    """The ids of the tokenizer's tokens whose text holds a line break: they end a completion prompt's answer.
-    Computed once per tokenizer, from the vocabulary's token strings that can hold one (a literal newline as
-    SentencePiece writes it, "Ċ" for byte-level BPE, the byte-fallback <0x0A>), each confirmed by decoding it."""
-    key = id(tokenizer)
-    if key not in _line_ends:
-        candidates = [i for token, i in tokenizer.get_vocab().items()
-                      if "\n" in token or "\u010a" in token or "<0x0A>" in token]
-        _line_ends[key] = frozenset(i for i in candidates if "\n" in tokenizer.decode([i]))
-    return _line_ends[key]
 
 
 def stops_for(lm: LoadedModel, prompt: Prompt) -> frozenset[int]:
