@@ -11,6 +11,9 @@ and sliding-window layers with their own rotary base, which attend to the window
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +32,21 @@ def supports(model, device: torch.device) -> bool:
             and not getattr(config, "use_bidirectional_attention", False))
 
 
+class GemmaLayer(NamedTuple):
+    """One Gemma 3 layer as the written-out step calls it: its norms, products and activation, looked up once."""
+    in_norm: Callable
+    qkv: Callable  # q|k|v as one product
+    qk_norm: Callable  # the queries' and keys' norms, the heads side by side (head_norms)
+    scaling: float
+    o_proj: Callable
+    post_attn_norm: Callable
+    pre_mlp_norm: Callable
+    gate_up: Callable  # gate|up as one product
+    act_fn: Callable
+    down_proj: Callable
+    post_mlp_norm: Callable
+
+
 class GemmaStep:
     """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
 
@@ -40,13 +58,15 @@ class GemmaStep:
         self.kinds = list(config.layer_types)
         self.qkv, self.gate_up = fuse_layers(model)
         # per layer, what the loop uses, looked up once (a module call costs microseconds, a norm eight operations)
-        self.layers = [(gemma_norm(layer.input_layernorm), product(qkv),
-                        head_norms(layer.self_attn.q_norm, layer.self_attn.k_norm, self.heads, self.kv_heads),
-                        layer.self_attn.scaling, product(layer.self_attn.o_proj),
-                        gemma_norm(layer.post_attention_layernorm), gemma_norm(layer.pre_feedforward_layernorm),
-                        product(gate_up), layer.mlp.act_fn.forward, product(layer.mlp.down_proj),
-                        gemma_norm(layer.post_feedforward_layernorm))
-                       for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
+        self.layers = [GemmaLayer(
+            in_norm=gemma_norm(layer.input_layernorm), qkv=product(qkv),
+            qk_norm=head_norms(layer.self_attn.q_norm, layer.self_attn.k_norm, self.heads, self.kv_heads),
+            scaling=layer.self_attn.scaling, o_proj=product(layer.self_attn.o_proj),
+            post_attn_norm=gemma_norm(layer.post_attention_layernorm),
+            pre_mlp_norm=gemma_norm(layer.pre_feedforward_layernorm), gate_up=product(gate_up),
+            act_fn=layer.mlp.act_fn.forward, down_proj=product(layer.mlp.down_proj),
+            post_mlp_norm=gemma_norm(layer.post_feedforward_layernorm))
+            for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
         self.norm, self.head = gemma_norm(model.model.norm), product(model.lm_head)
 
     @torch.no_grad()
@@ -61,10 +81,9 @@ class GemmaStep:
         for kind in set(self.kinds):
             cos, sin = model.rotary_emb(x, at, kind)  # (1, 1, D)
             rope[kind] = cos.unsqueeze(1), rolled_sin(sin).unsqueeze(1)
-        for (in_norm, qkv_proj, qk_norm, scaling, o_proj, post_attn_norm, pre_mlp_norm, gate_up_proj, act_fn,
-             down_proj, post_mlp_norm), kind, held in zip(self.layers, self.kinds, cache.layers):
-            qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)
-            qk = qk_norm(qkv[..., : (h + kv) * d].view(1, 1, h + kv, d).transpose(1, 2))  # (1, H + KV, 1, D)
+        for layer, kind, held in zip(self.layers, self.kinds, cache.layers):
+            qkv = layer.qkv(layer.in_norm(x))  # (1, 1, (H + 2 KV) D)
+            qk = layer.qk_norm(qkv[..., : (h + kv) * d].view(1, 1, h + kv, d).transpose(1, 2))  # (1, H + KV, 1, D)
             cos, sin = rope[kind]
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
             q, k = qk[:, :h], qk[:, h:]
@@ -73,10 +92,10 @@ class GemmaStep:
                 qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
             start = held.window_start  # what the window sees (the cache's length is still `position`)
             keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
-            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, scaling)  # (1, KV, H / KV, D)
-            x = x + post_attn_norm(o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
-            gate, up = gate_up_proj(pre_mlp_norm(x)).chunk(2, dim=-1)
-            x = x + post_mlp_norm(down_proj(act_fn(gate) * up))
+            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
+            x = x + layer.post_attn_norm(layer.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
+            gate, up = layer.gate_up(layer.pre_mlp_norm(x)).chunk(2, dim=-1)
+            x = x + layer.post_mlp_norm(layer.down_proj(layer.act_fn(gate) * up))
         cache.advance(1)
         return self.head(self.norm(x))[:, -1]
 

@@ -16,6 +16,8 @@ kernels, the same bits, two C calls a layer instead of some 80 operations).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +52,18 @@ def rolled_sin(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
+class StepLayer(NamedTuple):
+    """One Llama layer as the written-out step calls it: its norms, products and activation, looked up once."""
+    in_norm: Callable
+    qkv: Callable  # q|k|v as one product
+    scaling: float
+    o_proj: Callable
+    post_norm: Callable
+    gate_up: Callable  # gate|up as one product
+    act_fn: Callable
+    down_proj: Callable
+
+
 class LlamaStep:
     """step(token, cache) -> the next token's logits, (1, vocab); the token's keys/values added to the cache."""
 
@@ -60,9 +74,10 @@ class LlamaStep:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.qkv, self.gate_up = fuse_layers(model)
         # per layer, what the loop uses, looked up once (a module call costs microseconds, some 200 a token)
-        self.layers = [(norm(layer.input_layernorm), product(qkv), layer.self_attn.scaling,
-                        product(layer.self_attn.o_proj), norm(layer.post_attention_layernorm), product(gate_up),
-                        layer.mlp.act_fn.forward, product(layer.mlp.down_proj))
+        self.layers = [StepLayer(in_norm=norm(layer.input_layernorm), qkv=product(qkv),
+                                 scaling=layer.self_attn.scaling, o_proj=product(layer.self_attn.o_proj),
+                                 post_norm=norm(layer.post_attention_layernorm), gate_up=product(gate_up),
+                                 act_fn=layer.mlp.act_fn.forward, down_proj=product(layer.mlp.down_proj))
                        for layer, qkv, gate_up in zip(model.model.layers, self.qkv, self.gate_up)]
         self.in_c = layers_in_c(model, self.qkv, self.gate_up, cache_dtype(model), self.heads, self.kv_heads,
                                 self.head_dim)  # int8 on kvqa's kernels: the loop below in C
@@ -86,18 +101,17 @@ class LlamaStep:
             x = self.in_c(x, cos, sin, cache, position)
             cache.advance(1)
             return self.model.lm_head(model.norm(x))[:, -1]
-        for (in_norm, qkv_proj, scaling, o_proj, post_norm, gate_up_proj, act_fn, down_proj), held in zip(
-                self.layers, cache.layers):
-            qkv = qkv_proj(in_norm(x))  # (1, 1, (H + 2 KV) D)
+        for layer, held in zip(self.layers, cache.layers):
+            qkv = layer.qkv(layer.in_norm(x))  # (1, 1, (H + 2 KV) D)
             qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
             held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
             held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
             keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
-            out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, scaling)  # (1, KV, H / KV, D)
-            x = x + o_proj(out.reshape(1, 1, h * d))
-            gate, up = gate_up_proj(post_norm(x)).chunk(2, dim=-1)
-            x = x + down_proj(act_fn(gate) * up)
+            out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
+            x = x + layer.o_proj(out.reshape(1, 1, h * d))
+            gate, up = layer.gate_up(layer.post_norm(x)).chunk(2, dim=-1)
+            x = x + layer.down_proj(layer.act_fn(gate) * up)
         cache.advance(1)
         return self.model.lm_head(model.norm(x))[:, -1]
 
