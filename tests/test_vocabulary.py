@@ -27,7 +27,7 @@ class Tokenizer:
 
 
 def test_number_tokens_are_every_token_that_decodes_to_digits(default_tokenizer):
-    """The scan decodes only tokens that are not ASCII without a digit: the same set as decoding every token."""
+    """The scan decodes only the tokens that may be digits: the same set as decoding every token."""
     tok = default_tokenizer
     every = {i for token, i in tok.get_vocab().items() if tok.convert_tokens_to_string([token]).strip().isdigit()}
     digits = number_tokens(tok)
@@ -49,10 +49,11 @@ def test_each_scan_is_made_once_per_tokenizer_and_not_kept_after_it():
     assert number_tokens(tok) == {0, 2} and line_end_tokens(tok) == {3}
     reads = tok.vocab_reads
     assert number_tokens(tok) == {0, 2} and line_end_tokens(tok) == {3} and tok.vocab_reads == reads
-    held = len(vocabulary._numbers), len(vocabulary._line_ends)
+    assert eos_ids(tok, None) == frozenset() and tok.vocab_reads == reads == 1  # one read for every scan
+    held = len(vocabulary._scans)
     del tok
     gc.collect()
-    assert (len(vocabulary._numbers), len(vocabulary._line_ends)) == (held[0] - 1, held[1] - 1)
+    assert len(vocabulary._scans) == held - 1
 
 
 def test_a_tokenizer_made_where_a_freed_one_was_gets_its_own_scan():
@@ -72,5 +73,14 @@ def test_eos_ids_are_the_models_and_the_vocabularys_end_tokens():
     tok = Tokenizer({"</s>": 0, "<|im_end|>": 1, "<end_of_turn>": 2, "x": 3}, eos_token="</s>")
     assert eos_ids(tok, None) == {0, 1, 2}
     assert eos_ids(tok, 9) == {0, 1, 2, 9} and eos_ids(tok, [8, 9]) == {0, 1, 2, 8, 9}
-    assert tok.vocab_reads == 3  # one read of the vocabulary each
+    assert tok.vocab_reads == 1
     assert eos_ids(Tokenizer({"x": 0}), None) == frozenset()
+
+
+def test_a_digit_outside_ascii_is_a_number_token_in_byte_level_and_sentencepiece_spelling():
+    """Byte-level BPE writes the UTF-8 bytes of "٣" (Arabic-Indic three) as "Ù£"; SentencePiece writes it as it is,
+    and a byte-fallback token as <0x33>; none of them is ASCII with a digit in it, or only one is."""
+    tok = Tokenizer({"\u00d9\u00a3": 0, "\u2581\u0663": 1, "\u4e09": 2, "<0x33>": 3, "\u00e9": 4})
+    tok.convert_tokens_to_string = lambda tokens: {"\u00d9\u00a3": "\u0663", "\u2581\u0663": " \u0663",
+                                                   "<0x33>": "3"}.get(tokens[0], tokens[0])
+    assert number_tokens(tok) == {0, 1, 3}  # "三" is a numeral but not a digit (str.isdigit)

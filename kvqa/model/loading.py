@@ -23,7 +23,7 @@ from kvqa.model.kv_cache import unsupported_reason
 from kvqa.model.llama_step import LlamaStep, kernel_norms
 from kvqa.model.llama_step import supports as can_step
 from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model
-from kvqa.model.vocabulary import eos_ids, line_end_tokens, number_tokens
+from kvqa.model.vocabulary import eos_ids
 from kvqa.model.weights import (
     Widening,
     cache_dtype,
@@ -176,7 +176,6 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         model.set_attn_implementation(GROUPED_SDPA)
     text_config = model.config.get_text_config(decoder=True)
     eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-    number_tokens(tokenizer), line_end_tokens(tokenizer)  # scanned now, not in the first question's wait
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
@@ -185,7 +184,7 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         dtype=next(model.parameters()).dtype,
         attn_implementation=model.config._attn_implementation,
         context_length=int(getattr(text_config, "max_position_embeddings", 0) or 2048),
-        eos_ids=eos_ids(tokenizer, eos),
+        eos_ids=eos_ids(tokenizer, eos),  # the vocabulary scanned now, not in a first question's wait
         load_s=time.perf_counter() - load_started if load_started else 0.0,
         decode_step=compiled_decode_step(model, device) if compile else None,
         step=written_out_step(model, device),
