@@ -6,30 +6,43 @@ answers; a `Session` holds one user's document, cache and turns; `ask(engine, do
 you loaded yourself.
 """
 
-from kvqa.config import DEFAULT_MODEL, Config
-from kvqa.documents.reading import Document, document_from_text, load_document
-from kvqa.engines import Engine, EngineInfo, LocalEngine, make_engine
-from kvqa.errors import BusyError, DocumentError, DocumentTooLong, KvqaError, ModelError, OutOfMemory, QuestionError
-from kvqa.generation.generate import prefill
-from kvqa.model.loading import LoadedModel, load_model
-from kvqa.results import Answer, AnswerStream, PrefilledDocument
-from kvqa.session.ask import (
-    Evidence,
-    answer,
-    answer_without_cache,
-    ask,
-    ask_without_cache,
-    stream,
-    stream_without_cache,
-)
-from kvqa.session.session import Ask, Session
-from kvqa.timing import Timings
+from __future__ import annotations
 
-__all__ = [
-    "Answer", "AnswerStream", "Ask", "BusyError", "Config", "DEFAULT_MODEL", "Document", "DocumentError",
-    "DocumentTooLong", "Engine", "EngineInfo", "Evidence", "KvqaError", "LoadedModel", "LocalEngine", "ModelError",
-    "OutOfMemory",
-    "PrefilledDocument", "QuestionError", "Session", "Timings", "answer", "answer_without_cache", "ask",
-    "ask_without_cache", "document_from_text", "load_document", "load_model", "make_engine", "prefill", "stream",
-    "stream_without_cache",
-]
+import importlib
+
+# Each name of the API and the module it lives in, loaded on first use (PEP 562): `import kvqa` alone loads neither
+# torch nor transformers, so `kvqa ask` can check its arguments and read the document before they load.
+_API = {
+    "kvqa.config": ("DEFAULT_MODEL", "Config"),
+    "kvqa.documents.reading": ("Document", "document_from_text", "load_document"),
+    "kvqa.engines": ("Engine", "EngineInfo", "LocalEngine", "make_engine"),
+    "kvqa.errors": ("BusyError", "DocumentError", "DocumentTooLong", "KvqaError", "ModelError", "OutOfMemory",
+                    "QuestionError"),
+    "kvqa.generation.generate": ("prefill",),
+    "kvqa.model.loading": ("LoadedModel", "load_model"),
+    "kvqa.results": ("Answer", "AnswerStream", "PrefilledDocument"),
+    "kvqa.session.ask": ("Evidence", "answer", "answer_without_cache", "ask", "ask_without_cache", "stream",
+                         "stream_without_cache"),
+    "kvqa.session.session": ("Ask", "Session"),
+    "kvqa.timing": ("Timings",),
+}
+_HOME = {name: module for module, names in _API.items() for name in names}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    if name not in _HOME:  # a subpackage (kvqa.engines), as the eager imports once made every one of them
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -47,14 +47,8 @@ def config_from(args: argparse.Namespace) -> Config:
 
 def _ask(args: argparse.Namespace) -> int:
     """Answer each question through a Session (parts, routing, the store), printing as it goes."""
-    from kvqa.cache.store import store_for
     from kvqa.documents.parts import asked_range
     from kvqa.documents.reading import read_paths
-    from kvqa.engines import make_engine
-    from kvqa.export import answer_notes, part_dict, range_read, session_dict, summary_table
-    from kvqa.messages import Message
-    from kvqa.model.presets import language_note, reading_model
-    from kvqa.session.session import Ask, Session
 
     config = config_from(args)
     if any(not q.strip() for q in args.question):  # checked again when answering; here, before anything is read
@@ -63,6 +57,14 @@ def _ask(args: argparse.Namespace) -> int:
     document = read_paths(args.doc, config=config, stdin=sys.stdin.buffer,
                           progress=lambda f, message: say(f"\r{message}", end=""))
     part = asked_range(document, pages=args.pages, chars=args.chars)
+    # the rest loads torch and transformers (seconds): a wrong argument or document is told before it
+    from kvqa.cache.store import store_for
+    from kvqa.engines import make_engine
+    from kvqa.export import answer_notes, part_dict, range_read, session_dict, summary_table
+    from kvqa.messages import Message
+    from kvqa.model.presets import language_note, reading_model
+    from kvqa.session.session import Ask, Session
+
     reader = reading_model(config, document.text)
     if reader:  # the model that reads the document's language (--model still chooses)
         config = config.replaced(model=reader[0], model_reason=reader[1])
@@ -124,7 +126,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from kvqa.bench import run_from_args
+    from kvqa.bench.run import run_from_args
     return run_from_args(args, config_from(args))
 
 
@@ -185,9 +187,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _quiet_libraries() -> None:
-    """Keep library warnings and progress bars out of the user's terminal."""
+    """Keep library warnings and progress bars out of the user's terminal: transformers reads these variables as it
+    loads (after this, in `kvqa ask`, so an error in the arguments or the document comes before torch loads); where it
+    has loaded already (main() called inside a program that uses it), it is told directly."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" not in sys.modules:
+        return
     try:
         from transformers.utils import logging
 

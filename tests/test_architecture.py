@@ -220,3 +220,26 @@ def test_nothing_outside_the_session_sets_a_flag_on_it():
                       if isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
                       and a.value.id in ("session", "fresh", "reader")]
     assert set_on_session == []
+
+
+def test_import_kvqa_loads_torch_only_when_a_name_needs_it():
+    """The API's names load on first use (kvqa/__init__.py), so `kvqa ask` checks its arguments and reads the
+    document before torch and transformers load; every name of __all__ is there, and a subpackage too."""
+    import subprocess
+    import sys
+
+    code = ("import sys, kvqa; print('torch' in sys.modules, 'transformers' in sys.modules); "
+            "[getattr(kvqa, name) for name in kvqa.__all__]; print('torch' in sys.modules, kvqa.engines.__name__); "
+            "print(sorted(set(kvqa.__all__) - set(dir(kvqa))))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:3] == ["False False", "True kvqa.engines", "[]"]
+    import kvqa
+
+    assert {"Session", "ask", "load_model", "make_engine", "Config"} <= set(kvqa.__all__)
+    try:
+        kvqa.no_such_name
+    except AttributeError as e:
+        assert "no_such_name" in str(e)
+    else:
+        raise AssertionError("kvqa.no_such_name did not raise AttributeError")

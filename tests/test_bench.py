@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 
 import kvqa
-from kvqa.bench import (
-    METHODS,
-    QUESTIONS,
-    SAMPLE_DOCUMENT,
-    BenchError,
-    cut_document,
-    format_table,
-    run_bench,
-    target_checks,
-    write_plot,
-)
+from kvqa.bench.errors import BenchError
+from kvqa.bench.methods import METHODS
+from kvqa.bench.report import format_table, target_checks, write_plot
+from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, run_bench
 from kvqa.cli import main
 from kvqa.model.kv_cache import bytes_per_token
 from kvqa.prompt import ChatPrompt

@@ -18,9 +18,8 @@ import torch.nn.functional as F
 
 import kvqa
 from conftest import tiny_llama
-from kvqa.bench import run_bench
 from kvqa.bench.report import format_table
-from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, side_by_side
+from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, parse_weights, run_bench, side_by_side
 from kvqa.cache.store import weights_fingerprint
 from kvqa.engines.local import LocalEngine
 from kvqa.errors import KvqaError, ModelError

@@ -17,34 +17,7 @@ Greedy answers must be the same token ids for every method: each row says whethe
 
 One module per job, dependencies pointing down: `run` (the document cut to length, the whole bench, the command
 line) uses `methods` (the three runners), `report` (table, targets, plot) and `models` (random weights from a
-config); `methods` uses `memory` (the probes). None of kvqa's library modules imports the bench.
+config); `methods` uses `memory` (the probes). None of kvqa's library modules imports the bench. The package
+imports none of them itself (`kvqa.bench.flags` builds the command line's parser without torch): import from the
+module, e.g. `from kvqa.bench.run import run_bench`.
 """
-
-from kvqa.model.weights import weight_bytes
-
-from .errors import BenchError
-from .memory import Bandwidth, PeakMemory, read_bandwidth
-from .methods import METHODS, PREFILL_REPEATS, RUNNERS, decode_floor, run_kvqa, run_recompute, run_seed
-from .models import CONFIGS, FoldedTokenizer, config_path, random_init_model
-from .report import format_table, target_checks, write_plot
-from .run import (
-    DEFAULT_CONTEXTS,
-    DEFAULT_MAX_NEW_TOKENS,
-    DEFAULT_QUESTIONS,
-    QUESTIONS,
-    SAMPLE_DOCUMENT,
-    cut_document,
-    long_text,
-    machine_info,
-    parse_contexts,
-    run_bench,
-    run_from_args,
-)
-
-__all__ = [
-    "Bandwidth", "BenchError", "CONFIGS", "DEFAULT_CONTEXTS", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_QUESTIONS",
-    "FoldedTokenizer", "METHODS", "PREFILL_REPEATS", "PeakMemory", "QUESTIONS", "RUNNERS", "SAMPLE_DOCUMENT",
-    "config_path", "cut_document", "decode_floor", "format_table", "long_text", "machine_info", "parse_contexts",
-    "random_init_model", "read_bandwidth", "run_bench", "run_from_args", "run_kvqa", "run_recompute", "run_seed",
-    "target_checks", "weight_bytes", "write_plot",
-]
