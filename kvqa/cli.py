@@ -61,14 +61,19 @@ def _ask(args: argparse.Namespace) -> int:
     from kvqa.cache.store import store_for
     from kvqa.engines import make_engine
     from kvqa.export import answer_notes, part_dict, range_read, session_dict, summary_table
-    from kvqa.messages import Message
-    from kvqa.model.presets import language_note, reading_model
+    from kvqa.messages import Message, render
+    from kvqa.model.presets import language_note, reading_model, unread_question
     from kvqa.session.session import Ask, Session
 
-    reader = reading_model(config, document.text)
-    if reader:  # the model that reads the document's language (--model still chooses)
+    reader = reading_model(config, document.text, questions=args.question)
+    if reader:  # the model that reads the document's and the questions' languages (--model still chooses)
         config = config.replaced(model=reader[0], model_reason=reader[1])
         print(f"kvqa: reading with {reader[0]}: {reader[1]} (--model chooses another)", file=sys.stderr)
+    elif not config.remote.engine_url:  # a question the model cannot answer: what to do, in the question's language
+        for q in args.question:
+            if refusal := unread_question(config.model, q, cache_dir=config.cache_dir):
+                print(f"kvqa: {render(refusal, 'zh')}", file=sys.stderr)
+                return EXIT_USER_ERROR
     say(f"loading {config.model} ...")
     store = None if args.no_store or args.no_cache else store_for(config)
     engine = make_engine(config, store=store)

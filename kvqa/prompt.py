@@ -34,7 +34,7 @@ INSTRUCTIONS = (
 # the instructions again after the document: +6 points in both languages (docs/quality.md); worked examples of the
 # answer's form there instead measured worse in both, and are not given
 REMINDER = "Answer each question from the document above, briefly, in the language of the question."
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
 
 
@@ -50,14 +50,14 @@ def system_text(document: str) -> str:
 
 def in_chinese(question: str) -> bool:
     """Whether a question is asked in Chinese (it has CJK ideographs): its turn and the reranker's frame follow."""
-    return _CJK.search(question) is not None
+    return CJK.search(question) is not None
 
 
 def mostly_chinese(text: str, *, sample: int = 4000) -> bool:
     """Whether a document is mostly Chinese: CJK ideographs are at least a third of the letters of its first
     `sample` characters (an English document quoting a few Chinese words is not)."""
     head = text[:sample]
-    cjk = len(_CJK.findall(head))
+    cjk = len(CJK.findall(head))
     letters = sum(c.isalpha() for c in head)
     return cjk > 0 and 3 * cjk >= letters
 

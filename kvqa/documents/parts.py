@@ -1,31 +1,46 @@
 """Documents longer than the model reads: read the part that fits, say which, and let the user choose another.
 
-A PDF is cut at page boundaries, text at paragraph (or line) boundaries; parts are named in pages or characters.
+A PDF (or any document of pages: slides, a Word file's or web page's sections, EPUB chapters) is cut at page
+boundaries, text at paragraph boundaries; parts are named in pages or characters. When one page alone is longer than
+the model reads (a Word file without page breaks, a long web page), the document is cut in characters instead
+(in_characters): at paragraphs, then line ends (a table's rows), then sentences, then spaces, and only where a run
+has none of those, inside it; its parts still say which pages they lie on and the words they start with.
 Nothing is truncated silently: a Document holding a part carries a Part, and parts.notice() says what was read.
 Token counts come from counting each page or paragraph once; only the chosen part's prompt is tokenized again.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from kvqa.documents.reading import Document, Part
 from kvqa.errors import DocumentError
 from kvqa.messages import Message
 from kvqa.prompt import system_text
 
-MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, then every this many characters
+MAX_UNIT_CHARS = 4000  # a paragraph longer than this is cut at line ends, sentences or spaces, at most this long
+OPENING_CHARS = 40  # the words a part of a document of pages is named by ("from 'Network Configuration'")
+_SENTENCE_END = re.compile(r"[.!?][\"'”’)\]]*\s+|[。！？；][”’）」』]*")
+_SPACES = re.compile(r"\s+")
 
 
 def unit_name(document: Document) -> str:
-    return "pages" if document.page_starts else "characters"
+    """What its parts are counted in: "pages" for a document of pages, else (or in_characters) "characters"."""
+    return "pages" if document.page_starts and not document.in_characters else "characters"
 
 
 def unit_total(document: Document) -> int:
     """How many of its units (unit_name) the document has: pages of a PDF, characters of a text."""
-    return len(document.page_starts) if document.page_starts else len(document.text)
+    return len(document.page_starts) if unit_name(document) == "pages" else len(document.text)
+
+
+def in_characters(document: Document) -> Document:
+    """The document with its parts counted in characters: one of its pages alone does not fit the model."""
+    return document if unit_name(document) == "characters" else replace(document, in_characters=True)
 
 
 def parse_range(text: str, document: Document) -> Part:
@@ -52,20 +67,34 @@ def asked_range(document: Document, *, pages: str | None, chars: str | None) -> 
         raise DocumentError("cli.pages_and_chars")
     if pages and not document.page_starts:
         raise DocumentError("cli.pages_for_pdf")
-    if chars and document.page_starts:
-        raise DocumentError("cli.chars_for_text")
-    return parse_range(pages or chars, document) if pages or chars else None
+    if chars:  # characters are an address in any document
+        return parse_range(chars, in_characters(document))
+    return parse_range(pages, document) if pages else None
 
 
 def part_of(document: Document, first: int, last: int) -> Part:
-    """Pages (PDF) or characters (text) first..last of the document, named as a Part ("pages 20-30 of 36")."""
-    return Part(unit_name(document), first, last, unit_total(document))
+    """Pages (PDF) or characters (text) first..last of the document, named as a Part ("pages 20-30 of 36"; characters
+    of a document of pages with the pages they lie on and their opening words)."""
+    unit = unit_name(document)
+    if unit == "pages" or not document.page_starts:
+        return Part(unit, first, last, unit_total(document))
+    pages = (page_at(document, first - 1), page_at(document, max(first, last) - 1))
+    opening = _SPACES.sub(" ", document.text[first - 1: min(last, first - 1 + 4 * OPENING_CHARS)]).strip()
+    if len(opening) > OPENING_CHARS:
+        cut = opening.rfind(" ", OPENING_CHARS // 2, OPENING_CHARS)
+        opening = opening[: cut if cut > 0 else OPENING_CHARS] + "…"
+    return Part(unit, first, last, unit_total(document), pages=pages, opening=opening)
+
+
+def page_at(document: Document, offset: int) -> int:
+    """The page (1-based) of a document of pages that character `offset` (0-based) of its text lies on."""
+    return max(1, bisect.bisect_right(document.page_starts, offset))
 
 
 def select(document: Document, first: int, last: int) -> Document:
     """The document's pages (PDF) or characters (text) first..last, 1-based and inclusive, as a Document."""
     part = part_of(document, first, last)
-    if document.page_starts:
+    if unit_name(document) == "pages":
         start, end = offsets(document, first, last)
         text = document.text[start: end].lstrip("\n")
     else:
@@ -77,8 +106,8 @@ def select(document: Document, first: int, last: int) -> Document:
 
 def units(document: Document, first: int, last: int, *, max_chars: int = MAX_UNIT_CHARS) -> list[tuple[int, int]]:
     """The (first, last) spans, in the document's unit, that a part may end after: each page of a PDF, each
-    paragraph of a text (long ones cut at line ends or every max_chars characters)."""
-    if document.page_starts:
+    paragraph of a text (one over max_chars cut finer: _cut). They cover first..last, every character."""
+    if unit_name(document) == "pages":
         return [(n, n) for n in range(first, last + 1)]
     spans, pos = [], first - 1
     text = document.text[:last]
@@ -91,14 +120,25 @@ def units(document: Document, first: int, last: int, *, max_chars: int = MAX_UNI
 
 
 def _cut(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
-    """[start, end) as spans of at most max_chars, cut after a line end where there is one."""
+    """[start, end) as spans of at most max_chars, each cut after the last line end in it (so a table's row stays
+    whole), else after its last sentence, else after its last space, else (a run with none) at max_chars."""
     spans = []
     while end - start > max_chars:
-        newline = text.rfind("\n", start + 1, start + max_chars)
-        cut = newline + 1 if newline > start else start + max_chars
-        spans.append((start, cut))
+        spans.append((start, cut := _cut_point(text, start, start + max_chars)))
         start = cut
     return spans + [(start, end)]
+
+
+def _cut_point(text: str, start: int, limit: int) -> int:
+    """Where to end a span that starts at `start` and may reach `limit`: see _cut."""
+    newline = text.rfind("\n", start + 1, limit)
+    if newline > start:
+        return newline + 1
+    ends = [m.end() for m in _SENTENCE_END.finditer(text, start + 1, limit)]
+    if ends:
+        return ends[-1]
+    space = text.rfind(" ", start + 1, limit)
+    return space + 1 if space > start else limit
 
 
 def span_text(document: Document, span: tuple[int, int]) -> str:
@@ -125,12 +165,44 @@ def plan(spans: list[tuple[int, int]], counts: list[int], room: int, *,
     return parts
 
 
+class Counted(NamedTuple):
+    """A document's units first..last, counted (counted_units): the document they are in (in_characters when one
+    page alone does not fit), first..last in its unit, the spans a part may end after, their tokens, and the tokens
+    a part's text may have (room: the model's limit less the prompt around the text)."""
+
+    document: Document
+    first: int
+    last: int
+    spans: list[tuple[int, int]]
+    counts: list[int]
+    room: int
+
+
+def counted_units(document: Document, first: int, last: int, count_tokens: Callable[[str], int], limit: int, *,
+                  prompt_tokens: int = 0) -> Counted:
+    """The units of first..last a part may end after, each with its tokens counted once, for a model that reads
+    `limit` tokens; prompt_tokens: what the prompt of first..last came to when it was refused (0: unknown), which
+    says what the prompt around the text takes. When one page alone is over the room, the document comes back
+    in_characters, first..last as the characters of those pages, cut at paragraphs (or finer: _cut)."""
+    max_chars = max(100, min(MAX_UNIT_CHARS, limit // 4))  # fits even at 3 tokens a character (rare CJK)
+    spans = units(document, first, last, max_chars=max_chars)
+    counts = [count_tokens(span_text(document, s)) for s in spans]
+    overhead = max(prompt_tokens - sum(counts), 0) if prompt_tokens else count_tokens(system_text("")) + 32
+    room = limit - overhead
+    if unit_name(document) == "pages" and max(counts, default=0) > room:
+        start, end = offsets(document, first, last)
+        start += len(document.text[start:end]) - len(document.text[start:end].lstrip("\n"))
+        document, first, last = in_characters(document), start + 1, end
+        spans = units(document, first, last, max_chars=max_chars)
+        counts = [count_tokens(span_text(document, s)) for s in spans]
+    return Counted(document, first, last, spans, counts, room)
+
+
 def planned_parts(document: Document, count_tokens: Callable[[str], int], room: int) -> int:
     """How many parts a document makes when `room` tokens (the context less the reserve) are read at a time, before
     reading it: its pages or paragraphs counted as prefill_parts() counts them, around the prompt's own tokens."""
-    spans = units(document, 1, unit_total(document), max_chars=max(100, min(MAX_UNIT_CHARS, room // 4)))
-    overhead = count_tokens(system_text("")) + 32
-    return len(plan(spans, [count_tokens(span_text(document, s)) for s in spans], room - overhead))
+    counted = counted_units(document, 1, unit_total(document), count_tokens, room)
+    return len(plan(counted.spans, counted.counts, counted.room))
 
 
 def span_of(document: Document, part: Document) -> tuple[int, int]:
@@ -139,14 +211,14 @@ def span_of(document: Document, part: Document) -> tuple[int, int]:
     if part.part is None:
         return 0, len(document.text)
     start, end = offsets(document, part.part.first, part.part.last)
-    if document.page_starts:
+    if unit_name(document) == "pages":
         start += len(document.text[start:end]) - len(document.text[start:end].lstrip("\n"))
     return start, end
 
 
 def offsets(document: Document, first: int, last: int) -> tuple[int, int]:
     """[start, end) in the document's text of its units first..last (pages, or 1-based characters)."""
-    if not document.page_starts:
+    if unit_name(document) == "characters":
         return first - 1, last
     starts = document.page_starts
     return starts[first - 1], starts[last] if last < len(starts) else len(document.text)
@@ -167,5 +239,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["asked_range", "notice", "offsets", "parse_range", "part_of", "plan", "planned_parts", "select", "span_of",
-           "span_text", "unit_name", "unit_total", "units"]
+__all__ = ["Counted", "asked_range", "counted_units", "in_characters", "notice", "offsets", "page_at", "parse_range",
+           "part_of", "plan", "planned_parts", "select", "span_of", "span_text", "unit_name", "unit_total", "units"]

@@ -48,17 +48,25 @@ _BOMS = (
 @dataclass(frozen=True)
 class Part:
     """Which part of a longer document a Document holds: pages first..last (PDF, 1-based) or characters
-    first..last (text, 1-based), out of `total`."""
+    first..last (text, or a document of pages one of which alone is longer than the model reads; 1-based), out of
+    `total`. Characters of a document of pages also say which pages they lie on and the words they start with."""
 
     unit: str  # "pages" or "characters"
     first: int
     last: int
     total: int
+    pages: tuple[int, int] | None = None  # characters of a document of pages: the pages they lie on
+    opening: str = ""  # characters of a document of pages: the words they start with, for the reader to find them
 
     @property
     def name(self) -> Message:
-        """'pages 1-13 of 36', 'characters 1-40,000 of 95,000'."""
-        return Message(f"part.{self.unit}", first=self.first, last=self.last, total=self.total)
+        """'pages 1-13 of 36', 'characters 1-40,000 of 95,000', 'characters 1-9,000 of 41,000 (page 1, from
+        "Network Configuration")'."""
+        if self.pages is None:
+            return Message(f"part.{self.unit}", first=self.first, last=self.last, total=self.total)
+        a, b = self.pages
+        return Message("part.characters_page" if a == b else "part.characters_pages", first=self.first,
+                       last=self.last, total=self.total, page=a, last_page=b, opening=self.opening)
 
     def __str__(self) -> str:
         return str(self.name)
@@ -73,6 +81,8 @@ class Document:
     pages: int | None = None  # PDF page count (the whole file's), None for text
     page_starts: tuple[int, ...] = ()  # PDF: where each page's text (with its "[Page n]" line) begins in `text`
     part: Part | None = None  # set when this is a part of a longer document (kvqa.documents.parts)
+    in_characters: bool = False  # its parts are counted in characters though it has pages: one page (a Word file
+    #                              without page breaks, a long web page) alone is longer than the model reads
     scans: Mapping[int, OcrPage] = field(default_factory=dict)  # page -> what OCR read there (its lines' boxes)
     notes: tuple[Message, ...] = ()  # what the reader should know, e.g. scanned pages where OCR found no text
 

@@ -9,6 +9,7 @@ come from the Hugging Face hub); KVQA_MODELS / --models still name the list inst
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from kvqa.messages import Message
 from kvqa.model.kv_cache import kv_bytes
 from kvqa.model.offline import installed_models, offline_model
-from kvqa.prompt import mostly_chinese
+from kvqa.prompt import CJK, mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -106,28 +107,69 @@ def language_note(model: str, text: str, *, cache_dir=None) -> Message | None:
 
 
 PINNED = ("reason.env", "reason.command_line", "reason.app")  # model_reason ids of a model a person named
+CHINESE_SHARE = 0.1  # a document with CJK ideographs at least this share of its letters holds Chinese to ask about
 
 
-def reader_for(model: str, reason: Message, text: str, *, cache_dir) -> tuple[str, Message] | None:
-    """The model that reads the document's language, and why, when it is not `model`: a mostly Chinese document goes
-    from an offline model that reads English only (the default) to the installed offline model that reads Chinese,
-    unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`). None: keep `model`."""
+def holds_chinese(text: str, *, samples: int = 8, sample: int = 1000) -> bool:
+    """Whether a document holds Chinese passages a reader may ask about: CJK ideographs at least CHINESE_SHARE of the
+    letters of `samples` stretches spread over it (an English manual quoting a few Chinese words does not)."""
+    step = max(len(text) // samples, 1)
+    spread = "".join(text[i: i + sample] for i in range(0, len(text), step)) if len(text) > samples * sample else text
+    letters = sum(c.isalpha() for c in spread)
+    return letters > 0 and len(CJK.findall(spread)) >= CHINESE_SHARE * letters
+
+
+def chinese_reason(text: str, *, page_lang: str | None = None, questions: Sequence[str] = ()) -> str | None:
+    """Why whoever reads this document needs a model that reads Chinese (a reason's message id), or None: a question
+    asked in Chinese (on any document), a mostly Chinese document, or a document holding Chinese passages read from
+    the page in Chinese (its reader will ask in Chinese)."""
+    if any(mostly_chinese(q) for q in questions):
+        return "reason.question_chinese"
+    if mostly_chinese(text):
+        return "reason.reads_chinese"
+    if page_lang == "zh" and holds_chinese(text):
+        return "reason.asks_chinese"
+    return None
+
+
+def reader_for(model: str, reason: Message, text: str, *, cache_dir, page_lang: str | None = None,
+               questions: Sequence[str] = ()) -> tuple[str, Message] | None:
+    """The model that reads the languages of the document and of whoever asks (chinese_reason), and why, when it is
+    not `model`: from an offline model that reads English only (the default) to the installed offline model that
+    reads Chinese, unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`; then
+    unread_question says what to do). None: keep `model`."""
     current = offline_model(model)
-    if current is None or current.chinese or getattr(reason, "key", None) in PINNED or not mostly_chinese(text):
+    if current is None or current.chinese or getattr(reason, "key", None) in PINNED:
         return None
+    why = chinese_reason(text, page_lang=page_lang, questions=questions)
     better = next((m for m in installed_models(cache_dir) if m.chinese), None)
-    if better is None:
+    if why is None or better is None:
         return None
-    return better.name, Message("reason.reads_chinese", model=current.name)
+    return better.name, Message(why, model=current.name)
 
 
-def reading_model(config, text: str) -> tuple[str, Message] | None:
+def unread_question(model: str, question: str, *, cache_dir=None) -> Message | None:
+    """What to do instead, when `model` (a tested model that reads English only) is to answer a question asked in
+    Chinese: its answer would be wrong or echo the prompt (docs/quality.md). None: the model reads the question, or
+    kvqa has not measured it."""
+    preset = preset_for(model)
+    if preset is None or preset.chinese or not mostly_chinese(question):
+        return None
+    local = [m.name for m in installed_models(cache_dir) if m.chinese]
+    better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
+    return Message("question.needs_chinese_model", model=preset.name, better=better)
+
+
+def reading_model(config, text: str, *, page_lang: str | None = None,
+                  questions: Sequence[str] = ()) -> tuple[str, Message] | None:
     """The one rule the app, its API and the CLI follow: the model (and why) that reads a document with these
-    settings (a kvqa.config.Config), when it is not config.model. A serving engine (config.remote.engine_url) serves the
-    model it loaded, so nothing is switched there; else reader_for() decides. None: keep config.model."""
+    settings (a kvqa.config.Config), when it is not config.model, for a reader whose page is in `page_lang` and who
+    asks `questions` (those known: the CLI's, or the one asked now). A serving engine (config.remote.engine_url)
+    serves the model it loaded, so nothing is switched there; else reader_for() decides. None: keep config.model."""
     if config.remote.engine_url:
         return None
-    return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir)
+    return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir, page_lang=page_lang,
+                      questions=questions)
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:

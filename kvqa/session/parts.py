@@ -8,76 +8,72 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from kvqa.documents.parts import MAX_UNIT_CHARS, plan, select, span_text, unit_name, unit_total, units
+from kvqa.documents.parts import counted_units, plan, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.errors import DocumentTooLong, QuestionError
 from kvqa.messages import Message
-from kvqa.prompt import system_text
 from kvqa.results import PrefilledDocument
 from kvqa.session.ask import Evidence
 
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 
 
+class Reading(NamedTuple):
+    """What prefill_parts read: the part read now, the parts the document is cut into (first, last, tokens) and the
+    document they count in (the one given, or it in_characters when one of its pages alone does not fit)."""
+
+    prefilled: PrefilledDocument
+    parts: list[tuple[int, int, int]]
+    whole: Document
+
+
 def prefill_part(prefill: Callable[[Document], PrefilledDocument], count_tokens: Callable[[str], int],
                  document: Document, *, first: int | None = None, last: int | None = None) -> PrefilledDocument:
     """Prefill the document, or its pages/characters first..last when given; when that does not fit the model's
-    context, the longest run of whole pages (or paragraphs) from its start that does. The PrefilledDocument's
-    document then carries a Part. Raises DocumentTooLong only when not even one page or paragraph fits."""
-    return prefill_parts(prefill, count_tokens, document, first=first, last=last)[0]
+    context, the longest run of whole pages (or paragraphs, or finer: kvqa.documents.parts) from its start that does.
+    The PrefilledDocument's document then carries a Part."""
+    return prefill_parts(prefill, count_tokens, document, first=first, last=last).prefilled
 
 
 def prefill_parts(prefill: Callable[[Document], PrefilledDocument], count_tokens: Callable[[str], int],
-                  document: Document, *, first: int | None = None,
-                  last: int | None = None) -> tuple[PrefilledDocument, list[tuple[int, int, int]]]:
+                  document: Document, *, first: int | None = None, last: int | None = None) -> Reading:
     """prefill_part(), and the parts first..last is cut into to be read whole, as (first, last, tokens) in the
-    document's unit: consecutive runs of whole pages or paragraphs that each fit the model (counted), neighbours
-    sharing one page or paragraph, the first one the part read now. One part when it all fits."""
+    document's unit: consecutive runs of whole units that each fit the model (counted), neighbours sharing one, the
+    first one the part read now. One part when it all fits. A document whose one page alone does not fit is cut
+    in characters (Reading.whole says so). Raises DocumentTooLong only when the model's room is so small that not
+    even a hundred characters fit."""
     whole = (1, unit_total(document))
     first, last = first or whole[0], last or whole[1]
-    chosen = select(document, first, last)
     try:
-        doc = prefill(chosen)
-        return doc, [(first, last, doc.tokens)]
+        doc = prefill(select(document, first, last))
+        return Reading(doc, [(first, last, doc.tokens)], document)
     except DocumentTooLong as error:
         if error.limit is None:  # the memory budget refused it, not the context: no part is chosen for the user
             raise
         too_long = error
-    # a unit of room / 4 characters fits even at 3 tokens a character (rare CJK in byte-level vocabularies)
-    spans = units(document, first, last, max_chars=max(100, min(MAX_UNIT_CHARS, too_long.limit // 4)))
-    counts: list[int] = []  # each unit's tokens, counted once
-    if too_long.tokens:  # the prompt around the document: instructions, template, date line
-        counts = [count_tokens(span_text(document, s)) for s in spans]
-        overhead = max(too_long.tokens - sum(counts), 0)
-    else:  # refused unread (far too long): count only the units that may fit
-        overhead = count_tokens(system_text("")) + 32
-    room, used, take = too_long.limit - overhead, 0, 0
-    while take < len(spans):
-        if take == len(counts):
-            counts.append(count_tokens(span_text(document, spans[take])))
+    counted = counted_units(document, first, last, count_tokens, too_long.limit, prompt_tokens=too_long.tokens or 0)
+    document, first, spans, counts, room = counted.document, counted.first, counted.spans, counted.counts, counted.room
+    overhead = too_long.limit - room
+    take, used = 0, 0
+    while take < len(spans) and used + counts[take] <= room:
         used += counts[take]
-        if used > room:
-            break
         take += 1
     for _ in range(RETRIES):
         if take == 0:
             break
-        part = select(document, first, spans[take - 1][1])
         try:
-            doc = prefill(part)
+            doc = prefill(select(document, first, spans[take - 1][1]))
         except DocumentTooLong as error:
             if error.limit is None:
                 raise
             take -= 1
             continue
-        while len(counts) < len(spans):
-            counts.append(count_tokens(span_text(document, spans[len(counts)])))
-        return doc, [(a, b, tokens + overhead) for a, b, tokens in plan(spans, counts, room, first_take=take)]
-    unit = unit_name(document)
+        return Reading(doc, [(a, b, tokens + overhead) for a, b, tokens in plan(spans, counts, room, first_take=take)],
+                       document)
     raise DocumentTooLong("part.first_unit_too_long", tokens=too_long.tokens, limit=too_long.limit,
-                          unit_one=Message("unit.page" if unit == "pages" else "unit.paragraph"),
-                          unit=Message(f"unit.{unit}"))
+                          unit_one=Message("unit.paragraph"), unit=Message(f"unit.{unit_name(document)}"))
 
 
 class Parts:

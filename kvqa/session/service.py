@@ -32,9 +32,9 @@ from kvqa.documents.reading import (
 )
 from kvqa.documents.uploads import Uploads
 from kvqa.engines import Engine, make_engine
-from kvqa.errors import KvqaError
+from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import Message, render, say
-from kvqa.model.presets import reading_model
+from kvqa.model.presets import reading_model, unread_question
 from kvqa.session.limits import ClientSessions, client_of
 from kvqa.session.session import Session
 from kvqa.timing import ReadCosts
@@ -193,7 +193,7 @@ class Service:
         language (loaded first), unless the model was chosen in the list or named when kvqa started."""
         if self.notes(session).picked:
             return session
-        reader = reading_model(self.config, document.text)
+        reader = reading_model(self.config, document.text, page_lang=lang)
         model = reader[0] if reader and reader[0] in self.models else self.config.model
         engine = self.engine_for(model)
         if engine is session.engine:
@@ -202,6 +202,43 @@ class Service:
         fresh = self.new_session(None, request, engine=engine)
         if reader and model == reader[0]:
             self.notes(fresh).model_reason = reader[1]
+        return fresh
+
+    def question_reader(self, session: Session, question: str) -> tuple[str, Message] | None:
+        """The offered model (and why) to answer `question` with when the session's model does not read its language
+        (a Chinese question on a document the English-only default read: kvqa.model.presets.reading_model), else
+        None. Raises QuestionError saying what to do when the model was chosen (the list, --model, KVQA_MODEL) or
+        none offered reads it."""
+        model = self.model_of(session)
+        reason = Message("reason.app") if self.notes(session).picked else self.reason(session)
+        reader = reading_model(self.config.replaced(model=model, model_reason=reason), session.whole.text,
+                               questions=[question])
+        if reader is not None and reader[0] in self.models:
+            return reader
+        refusal = unread_question(session.engine.info.model, question, cache_dir=self.config.cache_dir)
+        if refusal is not None:
+            raise QuestionError(refusal)
+        return None
+
+    def read_for_question(self, session: Session, reader: tuple[str, Message], request, lang: str,
+                          progress: Progress) -> Session:
+        """A new session on the model `reader` names (loaded first), reading the session's document (the store and
+        the shared caches as for any read), its conversation carried over; the old session is closed once the read
+        succeeded, and left as it was when it failed."""
+        model, why = reader
+        engine = self.engine_for(model)
+        self.load_engine(engine, model, lang, progress)
+        fresh = self.new_session(None, request, engine=engine)
+        try:
+            said = say("progress.switching", lang, model=model, reason=render(why, lang))
+            fresh.load(session.whole, progress=lambda f: progress(f, desc=said))
+        except BaseException:
+            fresh.close()
+            raise
+        fresh.carry_turns(session)
+        self.notes(fresh).model_reason = why
+        self.read_ahead(fresh)
+        session.close()
         return fresh
 
     def switch_model(self, model: str, session: Session | None, request, lang: str, progress: Progress) -> Session:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget
 from kvqa.cache.shared import SharedCaches
-from kvqa.documents.parts import notice, part_of, select, unit_total
+from kvqa.documents.parts import in_characters, notice, part_of, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
 from kvqa.errors import BusyError, QuestionError
@@ -155,7 +155,9 @@ class Session:
         the chat; False if it is what is loaded already. When it does not fit the model, the part that does is read
         and self.notice says which."""
         asked = (part.first, part.last) if part is not None else None
-        key = fingerprint(self.engine, document) + f"\0{asked}"
+        if part is not None and part.unit != unit_name(document):  # characters of a document of pages
+            document = in_characters(document)
+        key = fingerprint(self.engine, document) + f"\0{part.unit if part else ''}{asked}"
         if key == self.fingerprint and (self.prefilled is not None or self.recompute):
             return False
         with self._exclusive():
@@ -167,15 +169,20 @@ class Session:
                 self.turns, self._conversation_start = [], 0
                 return True
             first, last = asked or (None, None)
-            prefilled, parts = prefill_parts(lambda d: self._prefill(d, progress=progress), self.engine.count_tokens,
-                                             document, first=first, last=last)
-            self.whole, self.document, self.prefilled, self.fingerprint = document, prefilled.document, prefilled, key
+            prefilled, parts, whole = prefill_parts(lambda d: self._prefill(d, progress=progress),
+                                                    self.engine.count_tokens, document, first=first, last=last)
+            self.whole, self.document, self.prefilled, self.fingerprint = whole, prefilled.document, prefilled, key
             read = prefilled.document.part
             kept = {k: v for k, v in self.parts.reads.items() if read and k == (read.first, read.last)}
             self.parts = Parts(parts, pinned=asked is not None, reads=kept)
             self.notice = notice(prefilled.document, document, asked=asked, parts=len(parts))
             self.turns, self._conversation_start = [], 0
         return True
+
+    def carry_turns(self, other: Session) -> None:
+        """Take the turns of `other` (the same document read by another model): the chat goes on, and follow-ups
+        read its current conversation."""
+        self.turns, self._conversation_start = list(other.turns), other._conversation_start
 
     def new_conversation(self) -> None:
         """Forget the conversation (follow-ups start again from the document alone); the document stays read."""

@@ -83,6 +83,7 @@ TEXTS: dict[str, tuple[str, str]] = {
                        "；对此模型约分为 {parts} 个部分，现在读取第一部分"),
     "progress.reading_part": ("Reading the part of the document that best matches the question",
                               "正在读取文档中与问题最匹配的部分"),
+    "progress.switching": ("Reading the document with {model}: {reason}", "正在用 {model} 读取文档：{reason}"),
     "progress.reading_again": ("Reading the document again", "正在重新读取文档"),
     "toast.rebuilt": ("Your document's cache had been freed to make room for other users; it is back ({origin}).",
                       "为给其他用户腾出空间，你的文档缓存曾被释放；现在已恢复（{origin}）。"),

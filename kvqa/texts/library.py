@@ -136,6 +136,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     "part.pages": ("pages {first:,}-{last:,} of {total:,}", "第 {first:,}-{last:,} 页（共 {total:,} 页）"),
     "part.characters": ("characters {first:,}-{last:,} of {total:,}",
                         "第 {first:,}-{last:,} 个字符（共 {total:,} 个）"),
+    "part.characters_page": ("characters {first:,}-{last:,} of {total:,} (page {page}, from “{opening}”)",
+                             "第 {first:,}-{last:,} 个字符（共 {total:,} 个；第 {page} 页，从“{opening}”起）"),
+    "part.characters_pages": (
+        "characters {first:,}-{last:,} of {total:,} (pages {page}-{last_page}, from “{opening}”)",
+        "第 {first:,}-{last:,} 个字符（共 {total:,} 个；第 {page}-{last_page} 页，从“{opening}”起）"),
     "part.not_a_range": (
         "'{text}' is not a range of {unit}: type it like 14-27 (or 14- to read to the end).",
         "“{text}”不是{unit}范围：请输入如 14-27（或 14- 表示读到末尾）。"),
@@ -190,6 +195,11 @@ TEXTS: dict[str, tuple[str, str]] = {
         "已读取 {name} 的{part}：这是本模型上下文能容纳的部分。选择其他字符范围可读取另一部分。"),
 
     # ---- questions (kvqa.prompt, kvqa.session.session, the engines, the CLI)
+    "question.needs_chinese_model": (
+        "{model} reads English only: its answer to a question in Chinese would be wrong or repeat the prompt. Choose "
+        "{better} under Model (or start kvqa with --model {better}), or ask in English.",
+        "{model} 只能读英文：它对中文问题的回答会是错的，或只是重复提示。请在“模型”列表中选择 {better}"
+        "（或用 --model {better} 启动 kvqa），或者用英文提问。"),
     "question.empty": ("The question is empty: type a question about the document.",
                        "问题是空的：请输入一个关于文档的问题。"),
     "question.too_many_chars": (
@@ -302,6 +312,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "reason.app": ("chosen in the app", "在应用中选择"),
     "reason.reads_chinese": ("the document is mostly Chinese, which {model} does not read",
                              "文档主要是中文，而 {model} 读不懂中文"),
+    "reason.question_chinese": ("the question is in Chinese, which {model} does not read",
+                                "问题是中文，而 {model} 读不懂中文"),
+    "reason.asks_chinese": ("the page is in Chinese and the document holds Chinese, which {model} does not read",
+                            "页面是中文且文档含有中文，而 {model} 读不懂中文"),
     "reason.no_cuda": ("no CUDA GPU here, so the small default model", "这里没有 CUDA GPU，所以用小的默认模型"),
     "reason.no_token": (
         "a CUDA GPU, but HF_TOKEN is not set, so not {model} (gated): set HF_TOKEN to a token with access to use it",
@@ -452,7 +466,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     "cli.pages_and_chars": ("Give --pages or --chars, not both.", "请给出 --pages 或 --chars，不要同时给出。"),
     "cli.pages_for_pdf": ("--pages is for a single PDF; use --chars for text (or several files).",
                           "--pages 只用于单个 PDF；文本（或多个文件）请用 --chars。"),
-    "cli.chars_for_text": ("--chars is for text; use --pages for a PDF.", "--chars 用于文本；PDF 请用 --pages。"),
     "cli.empty_question": ("A question is empty: give each -q some text.", "有一个问题是空的：请给每个 -q 一些文字。"),
 
     # ---- where a session's cache came from (kvqa.session.session.cache_origin) and what an answer names that the

@@ -56,14 +56,20 @@ class Api:
                                      if len(session.parts) > 1 else "")),
                 self.state: session}
 
-    def api_ask(self, question: str, remember: bool = False, part: str | None = None, session=None):
+    def api_ask(self, question: str, remember: bool = False, part: str | None = None, session=None,
+                request: gr.Request = None, progress=gr.Progress()):
         """API: answer a question about this client's document, streaming: each update is the answer so far, the last
         one the whole answer (client.predict returns it; client.submit iterates the updates). remember=True reads the
         question after this client's earlier remembered questions and answers (a follow-up). part: one of the parts
-        /prefill lists ("13-25"), to answer from it instead of the part the question matches best."""
+        /prefill lists ("13-25"), to answer from it instead of the part the question matches best. A question in a
+        language the session's model does not read is answered by an offered model that reads it, the document read
+        there first (as on the page)."""
         if session is None:
             raise gr.Error(Message("question.no_document_api"), print_exception=False)
         try:
+            reader = self.service.question_reader(session, question) if session.whole is not None else None
+            if reader is not None:
+                session = self.service.read_for_question(session, reader, request, "en", progress)
             asked = parse_range(part, session.whole) if part and part.strip() else None
             with session.ask(Ask(question, remember=bool(remember), part=asked)) as pieces:
                 text = ""

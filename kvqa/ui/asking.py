@@ -5,6 +5,7 @@ still waiting)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import gradio as gr
@@ -12,6 +13,7 @@ import gradio as gr
 from kvqa.documents.reading import Part
 from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
+from kvqa.prompt import mostly_chinese
 from kvqa.session.session import Ask, Session, cache_origin
 from kvqa.ui import unchanged, warn
 from kvqa.ui.answers import chat_messages, waiting_messages
@@ -58,6 +60,12 @@ class Questions:
             if waiting.withdrawn:
                 yield {self.page.chat: self.panels.chat(session, lang, tab)}
                 return
+            try:
+                session = yield from self.reader_for(waiting.question, session, lang, tab, request, progress)
+            except KvqaError as e:  # said in the question's language; the question goes back to its box
+                yield warn(e, "zh" if mostly_chinese(waiting.question) else "en", put_back={
+                    self.page.question: waiting.question, self.page.chat: self.panels.chat(session, lang, tab)})
+                return
             asked = self.asking(waiting.question, session, lang, progress, baseline=baseline, remember=remember,
                                 ready_only=ready_only, part=waiting.part)
             yield from self.on_ask(asked, session, lang, tab=tab)
@@ -81,6 +89,38 @@ class Questions:
             if read.done.is_set() and read.session is not None:
                 session = read.session
         return session
+
+    def reader_for(self, question: str, session: Session | None, lang: str, tab: Tab, request, progress):
+        """The session to answer `question` in: this one, or (a question in a language its model does not read) a
+        new one on an offered model that reads it, the document read there first while the question waits in the
+        chat with the read's progress and its reason. Raises QuestionError saying what to do when the model was
+        chosen or no offered model reads the question."""
+        service = self.panels.service
+        reader = service.question_reader(session, question) if session is not None and session.whole else None
+        if reader is None:
+            return session
+        done: dict = {}
+
+        def read_again(read) -> None:
+            try:
+                done["session"] = service.read_for_question(session, reader, request, lang, read.report)
+            except BaseException as e:  # handed to the handler's thread, which says it
+                done["error"] = e
+
+        with tab.reading(progress) as read:
+            read.report(0, desc=say("progress.switching", lang, model=reader[0], reason=render(reader[1], lang)))
+            worker = threading.Thread(target=read_again, args=(read,), name="kvqa-read-for-question", daemon=True)
+            worker.start()
+            shown = None
+            while worker.is_alive():
+                if (read.stage, round(read.fraction, 2)) != shown:
+                    shown = (read.stage, round(read.fraction, 2))
+                    yield {self.page.chat: self.panels.chat(session, lang, tab, taken=True)}
+                worker.join(WAIT_TICK_S)
+            read.session = done.get("session")
+        if "error" in done:
+            raise done["error"]
+        return done["session"]
 
     @staticmethod
     def asking(question: str, session: Session | None, lang: str, progress=None, *, baseline=False, remember=False,

@@ -7,8 +7,8 @@ import functools
 import statistics
 import threading
 
-from kvqa.documents.parts import unit_name, unit_total
-from kvqa.messages import Message, render, say
+from kvqa.documents.parts import part_of
+from kvqa.messages import render, say
 from kvqa.session.session import Session, cache_origin, speedup
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Microsoft YaHei",
@@ -65,8 +65,7 @@ def parts_read(session: Session, lang: str = "en") -> str:
     """For a document cut into parts: each part read so far, once, with how it was had and what that took."""
     if len(session.parts) < 2 or not session.parts.reads:
         return ""
-    unit, total = unit_name(session.whole), unit_total(session.whole)
-    reads = [f"{render(Message(f'part.{unit}', first=a, last=b, total=total), lang)} ({render(origin, lang)})"
+    reads = [f"{render(part_of(session.whole, a, b).name, lang)} ({render(origin, lang)})"
              for (a, b), origin in session.parts.reads.items()]
     return " " + say("latency.parts", lang, count=len(session.parts), reads="; ".join(reads))
 
