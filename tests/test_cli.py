@@ -86,10 +86,14 @@ def test_stdin_document_and_readable_output(default_lm):
 
 
 def test_a_chinese_document_in_the_english_default_model_is_told_which_model_reads_chinese(default_lm):
-    run = kvqa("ask", "-", "-q", "秘密词是什么？", "--max-new-tokens", "4", "--model", "SmolLM2-135M-Instruct",
-               stdin="秘密词是鹈鹕。博物馆在工作日上午九点开门。")  # named: kept, with a note
+    run = kvqa("ask", "-", "-q", "What is the secret word?", "--max-new-tokens", "4", "--model",
+               "SmolLM2-135M-Instruct", stdin="秘密词是鹈鹕。博物馆在工作日上午九点开门。")  # named: kept, with a note
     assert run.returncode == 0, run.stderr
     assert "SmolLM2-135M-Instruct reads English only" in run.stderr and "--model gemma-3-270m" in run.stderr
+    asked = kvqa("ask", "-", "-q", "秘密词是什么？", "--model", "SmolLM2-135M-Instruct",
+                 stdin="The secret word is pelican.")  # a question in Chinese: what to do, in Chinese, not an answer
+    assert asked.returncode == 2 and asked.stdout == "" and "Traceback" not in asked.stderr
+    assert "只能读英文" in asked.stderr and "--model gemma-3-270m" in asked.stderr
 
 
 @pytest.mark.parametrize("args,stdin,message", [
@@ -126,7 +130,7 @@ def test_a_chinese_document_is_read_by_the_model_that_reads_chinese(tmp_path):
     assert "mostly Chinese" in run.stderr and "--model" in run.stderr
     answer = result["answers"][0]
     assert answer["answer"].strip() and "\n" not in answer["answer"]
-    named = kvqa("ask", str(path), "-q", "合作社在哪里？", "--max-new-tokens", "8", "--json",
+    named = kvqa("ask", str(path), "-q", "Where is the cooperative?", "--max-new-tokens", "8", "--json",
                  "--model", "SmolLM2-135M-Instruct")
     assert named.returncode == 0 and json.loads(named.stdout)["model"] == "SmolLM2-135M-Instruct"
     assert "gemma-3-270m" in named.stderr  # the note names the model that reads Chinese

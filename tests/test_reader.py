@@ -4,6 +4,8 @@ model was named or chosen in the list; the status says which model reads it and 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import gradio as gr
 import pytest
 
@@ -11,7 +13,7 @@ import app
 import kvqa
 from fakes import FakeEngine
 from kvqa.messages import Message, render
-from kvqa.model.presets import reader_for, reading_model
+from kvqa.model.presets import reader_for, reading_model, unread_question
 
 CHINESE = "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。合作社有社员一百二十户，主要种植绿茶和白茶。" * 8
 ENGLISH = "The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed for 24 months. " * 8
@@ -122,3 +124,77 @@ def test_the_list_offers_the_offline_models_installed_here(converted, monkeypatc
     assert offered("my/own-model", {}, cache_dir=converted) == ["my/own-model"]  # a model named: only it
     monkeypatch.setattr("kvqa.model.offline.installed", lambda model, cache_dir: model.name.startswith("SmolLM2"))
     assert offered("SmolLM2-135M-Instruct", {}, cache_dir=converted) == ["SmolLM2-135M-Instruct"]
+
+
+MIXED = ("虚拟化是指在一台物理计算机上运行多个虚拟系统。本章介绍三种方案，并说明各自的优点。\n\n"
+         "The following commands were left untranslated: run xl create to start a domain and xl list to see it.\n\n"
+         ) * 6  # Chinese with English passages, as published translations are: not mostly Chinese by letters
+
+
+def test_the_questions_and_the_pages_language_choose_the_model_too(converted):
+    default = Message("reason.default")
+    assert reader_for("SmolLM2-135M-Instruct", default, MIXED, cache_dir=converted) is None  # asked in English
+    model, why = reader_for("SmolLM2-135M-Instruct", default, MIXED, cache_dir=converted, page_lang="zh")
+    assert model == "gemma-3-270m" and why.key == "reason.asks_chinese"
+    model, why = reader_for("SmolLM2-135M-Instruct", default, ENGLISH, cache_dir=converted, questions=["容量是多少？"])
+    assert model == "gemma-3-270m" and why.key == "reason.question_chinese" and "问题是中文" in render(why, "zh")
+    # an English page, an English question, or an English document quoting a few Chinese words: no switch
+    quoting = ENGLISH + " The tea is called 白茶 there."
+    assert reader_for("SmolLM2-135M-Instruct", default, quoting, cache_dir=converted, page_lang="zh") is None
+    assert reader_for("SmolLM2-135M-Instruct", default, MIXED, cache_dir=converted,
+                      questions=["What does xl list show?"]) is None
+    assert reader_for("SmolLM2-135M-Instruct", default, ENGLISH, cache_dir=converted,
+                      questions=["What is the capacity of 白茶 cups?"]) is None  # an English question
+    named = Message("reason.command_line")  # a named model is kept; unread_question says what to do instead
+    assert reader_for("SmolLM2-135M-Instruct", named, ENGLISH, cache_dir=converted, questions=["容量是多少？"]) is None
+    refusal = unread_question("SmolLM2-135M-Instruct", "容量是多少？", cache_dir=converted)
+    assert "gemma-3-270m" in render(refusal, "zh") and "用英文提问" in render(refusal, "zh")
+    assert unread_question("SmolLM2-135M-Instruct", "What is the capacity?", cache_dir=converted) is None
+    assert unread_question("gemma-3-270m", "容量是多少？", cache_dir=converted) is None
+
+
+def tab_request() -> SimpleNamespace:
+    """What Gradio hands a handler: its tab's session hash and the client's address."""
+    return SimpleNamespace(session_hash=f"tab-{id(object())}", headers={}, client=SimpleNamespace(host="10.1.2.4"))
+
+
+def test_a_chinese_question_on_an_english_document_is_answered_by_the_model_that_reads_it(converted):
+    """The document is read again by Gemma while the question waits (its progress and reason in the chat); the
+    conversation so far stays; the status says why; a second Chinese question reads nothing more."""
+    ui, default, gemma = offline_app(converted)
+    request = tab_request()
+    session = ui.reads.on_paste(ENGLISH, None)[ui.page.state]
+    list(ui.questions.on_answer(session, False, False, "en", False, request))  # nothing waiting: nothing changes
+    ui.questions.on_question("How much does the press hold?", session, "en", request)
+    session = list(ui.questions.on_answer(session, False, False, "en", False, request))[-1][ui.page.state]
+    assert session.engine is default and gemma.prefills == 0
+    ui.questions.on_question("压榨机能装多少？", session, "zh", request)
+    shown = list(ui.questions.on_answer(session, False, False, "zh", False, request))
+    waiting = [m["content"] for out in shown[:-1] for m in out.get(ui.page.chat, [])]
+    assert any("⏳" in c and "gemma-3-270m" in c and "问题是中文" in c for c in waiting), waiting
+    fresh = shown[-1][ui.page.state]
+    try:
+        assert fresh.engine is gemma and gemma.prefills == 1 and session.closed
+        assert [t.question for t in fresh.turns] == ["How much does the press hold?", "压榨机能装多少？"]
+        assert gemma.asked[-1].text == "压榨机能装多少？"
+        assert "gemma-3-270m" in shown[-1][ui.page.status] and "问题是中文" in shown[-1][ui.page.status]
+        assert shown[-1][ui.page.model_box] == "gemma-3-270m"
+        ui.questions.on_question("保修多久？", fresh, "zh", request)
+        again = list(ui.questions.on_answer(fresh, False, False, "zh", False, request))[-1][ui.page.state]
+        assert again is fresh and gemma.prefills == 1
+    finally:
+        fresh.close()
+
+
+def test_a_chinese_question_to_a_chosen_english_model_says_what_to_do_in_chinese(converted):
+    ui, default, gemma = offline_app(converted, model_reason=Message("reason.command_line"))
+    request = tab_request()
+    session = ui.reads.on_paste(ENGLISH, None)[ui.page.state]
+    try:
+        ui.questions.on_question("压榨机能装多少？", session, "en", request)  # the English page, a Chinese question
+        with pytest.warns(UserWarning, match="只能读英文"):
+            shown = list(ui.questions.on_answer(session, False, False, "en", False, request))
+        assert shown[-1][ui.page.question] == "压榨机能装多少？"  # back in its box; nothing answered, nothing read
+        assert session.turns == [] and gemma.prefills == 0 and not session.closed
+    finally:
+        session.close()

@@ -120,13 +120,13 @@ def holds_chinese(text: str, *, samples: int = 8, sample: int = 1000) -> bool:
 
 
 def chinese_reason(text: str, *, page_lang: str | None = None, questions: Sequence[str] = ()) -> str | None:
-    """Why whoever reads this document needs a model that reads Chinese (a reason's message id), or None: a question
-    asked in Chinese (on any document), a mostly Chinese document, or a document holding Chinese passages read from
+    """Why whoever reads this document needs a model that reads Chinese (a reason's message id), or None: a mostly
+    Chinese document, a question asked in Chinese (on any document), or a document holding Chinese passages read from
     the page in Chinese (its reader will ask in Chinese)."""
-    if any(mostly_chinese(q) for q in questions):
-        return "reason.question_chinese"
     if mostly_chinese(text):
         return "reason.reads_chinese"
+    if any(mostly_chinese(q) for q in questions):
+        return "reason.question_chinese"
     if page_lang == "zh" and holds_chinese(text):
         return "reason.asks_chinese"
     return None
