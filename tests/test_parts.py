@@ -278,3 +278,38 @@ def test_cli_routes_each_question_to_its_part_and_says_so_in_json(small, long_pd
     assert first["unit"] == "pages" and first["first"] <= 10 == first["last"]  # the part holding page 10
     assert second["first"] == 1  # and back to the one holding page 1
     assert "Answering from part" in err and "cut into" in err
+
+
+def dense_pdf(pages: list[str]) -> bytes:
+    """A PDF whose pages may hold far more text than a part (small print, no automatic page break)."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_auto_page_break(False)
+    pdf.set_font("helvetica", size=4)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 1.6, text)
+    return bytes(pdf.output())
+
+
+def test_a_pdf_page_longer_than_a_part_is_cut_inside_and_sources_keep_their_pages(small, tmp_path):
+    dense = " ".join(f"Clause {n}: the inspector of district {n} is named Warden{n}q. " + FILLER for n in range(40))
+    path = tmp_path / "dense.pdf"
+    path.write_bytes(dense_pdf([page_text(1), dense, page_text(3)]))
+    document = kvqa.load_document(path)
+    assert len(document.page_starts) == 3
+    session = Session(small)
+    session.load(document)  # page 2 alone does not fit: the document is cut in characters, not refused
+    whole = session.whole
+    assert whole.in_characters and len(session.parts) >= 3
+    assert session.document.part.pages == (1, 2) and "(pages 1-2, from “Page 1 fact" in session.notice
+    answer = session.ask("What is the code word for page 3?").answer
+    assert "code word for page 3 is" in session.document.text and session.document.part.pages[1] == 3
+    assert answer.sources and answer.sources[0].page == 3
+    answer = session.ask("Who is the inspector of district 23?").answer
+    part = session.document.part
+    assert "Warden23q" in session.document.text and part.pages == (2, 2) and part.first > 1
+    assert "pages 2-2" not in str(part.name) and "(page 2, from “" in str(part.name)
+    assert answer.sources and answer.sources[0].page == 2 and "Warden23q" in answer.sources[0].text
+    assert answer.sources[0].text == session.document.text[answer.sources[0].start: answer.sources[0].end]

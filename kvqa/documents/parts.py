@@ -78,7 +78,7 @@ def part_of(document: Document, first: int, last: int) -> Part:
     unit = unit_name(document)
     if unit == "pages" or not document.page_starts:
         return Part(unit, first, last, unit_total(document))
-    pages = (page_at(document, first - 1), page_at(document, max(first, last) - 1))
+    pages = (page_of(document, first - 1), page_of(document, max(first, last) - 1))
     opening = _SPACES.sub(" ", document.text[first - 1: min(last, first - 1 + 4 * OPENING_CHARS)]).strip()
     if len(opening) > OPENING_CHARS:
         cut = opening.rfind(" ", OPENING_CHARS // 2, OPENING_CHARS)
@@ -86,7 +86,7 @@ def part_of(document: Document, first: int, last: int) -> Part:
     return Part(unit, first, last, unit_total(document), pages=pages, opening=opening)
 
 
-def page_at(document: Document, offset: int) -> int:
+def page_of(document: Document, offset: int) -> int:
     """The page (1-based) of a document of pages that character `offset` (0-based) of its text lies on."""
     return max(1, bisect.bisect_right(document.page_starts, offset))
 
@@ -239,5 +239,5 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
     return Message(f"notice.fits_{part.unit}", part=part.name, name=source.name)
 
 
-__all__ = ["Counted", "asked_range", "counted_units", "in_characters", "notice", "offsets", "page_at", "parse_range",
+__all__ = ["Counted", "asked_range", "counted_units", "in_characters", "notice", "offsets", "page_of", "parse_range",
            "part_of", "plan", "planned_parts", "select", "span_of", "span_text", "unit_name", "unit_total", "units"]

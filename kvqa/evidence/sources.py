@@ -229,12 +229,13 @@ class Ranking:
             return []
         return [excerpt(self.quoted(i), self.question, chars) for i in (order or _ranked(self.scores))[:n]]
 
-    def sources(self, answer: str, *, pages: bool = False, limit: int = 3,
-                order: Sequence[int] | None = None) -> list[Source]:
+    def sources(self, answer: str, *, pages: bool = False, limit: int = 3, order: Sequence[int] | None = None,
+                first_page: int = 1) -> list[Source]:
         """The passages an answer relies on, best first: ranked by the question, with the answer's words as a second
         signal (ANSWER_WEIGHT), each scoring at least half the best, at most `limit`. `order` (passage numbers, best
         first, from a reranker) reorders the question's ranking: the passages it names take its best scores, in its
-        order. Empty when neither the answer nor the question shares a word with the text."""
+        order. Empty when neither the answer nor the question shares a word with the text. first_page: the page the
+        text starts on (a part of a document of pages cut inside a page has no "[Page n]" line before it)."""
         text = self.text
         if not text.strip() or not self.spans:
             return []
@@ -254,7 +255,8 @@ class Ranking:
                 break
             start, end = _trim(text, *self.spans[i])
             found.append(Source(text=text[start:end], start=start, end=end,
-                                page=page_at(text, start) if pages else None, score=round(float(combined[i]), 3),
+                                page=page_at(text, start, first_page) if pages else None,
+                                score=round(float(combined[i]), 3),
                                 mark=_best_sentence(text, start, end, asked_words, said_words),
                                 answer=answer_span(text, start, end, answer, self.question)))
         return found
@@ -428,9 +430,9 @@ def answer_span(text: str, start: int, end: int, answer: str, question: str = ""
     return passage[run[0]][1], passage[run[-1]][2]
 
 
-def page_at(text: str, offset: int) -> int:
-    """The page an offset lies on: after the last "[Page N]" marker before it, else page 1."""
-    page = 1
+def page_at(text: str, offset: int, first: int = 1) -> int:
+    """The page an offset lies on: after the last "[Page N]" marker before it, else `first` (the text's first)."""
+    page = first
     for m in _PAGE.finditer(text):
         if m.start() > offset:
             break

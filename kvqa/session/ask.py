@@ -97,7 +97,9 @@ def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
         for event in events.events():
             if isinstance(event, Answer):
                 started = time.perf_counter()
-                found = ranking.sources(event.text, pages=document.pages is not None, order=event.order)
+                part = document.part
+                found = ranking.sources(event.text, pages=document.pages is not None, order=event.order,
+                                        first_page=part.pages[0] if part is not None and part.pages else 1)
                 short = short_answer(event.text, ranking.question, found)
                 event = replace(event, sources=mark_short(found, short), short=short,
                                 unsupported=unsupported(event.text, document.text, ranking.question),
