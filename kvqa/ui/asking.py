@@ -109,9 +109,10 @@ class Questions:
 
         with tab.reading(progress) as read:
             read.report(0, desc=say("progress.switching", lang, model=reader[0], reason=render(reader[1], lang)))
+            shown = (read.stage, 0.0)
+            yield {self.page.chat: self.panels.chat(session, lang, tab, taken=True)}  # why it waits, at once
             worker = threading.Thread(target=read_again, args=(read,), name="kvqa-read-for-question", daemon=True)
             worker.start()
-            shown = None
             while worker.is_alive():
                 if (read.stage, round(read.fraction, 2)) != shown:
                     shown = (read.stage, round(read.fraction, 2))
