@@ -79,5 +79,6 @@ def test_the_cli_answers_a_chinese_question_on_a_mixed_page_with_the_model_that_
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["model"] == "gemma-3-270m" and "reading with gemma-3-270m" in run.stderr
-    answer = result["answers"][0]["answer"]
-    assert "请根据文档" not in answer and any("\u4e00" <= c <= "\u9fff" for c in answer), answer
+    answer = result["answers"][0]
+    assert answer["answer"].strip() and "请根据文档" not in answer["answer"]  # an answer, not the prompt echoed
+    assert any("Xen、LXC 和 KVM" in s["text"] for s in answer["sources"])
