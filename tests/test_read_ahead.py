@@ -201,3 +201,70 @@ def test_a_reader_who_waits_gets_the_part_that_matches_read_first():
     session = session_with(engine)
     session.ask(f"What is said about the {TOPICS[7].split()[1]}?").answer  # noqa: B018
     assert "Section 7 is about" in session.document.text and len(engine.read) == 2
+
+
+class Watched(FakeEngine):
+    """The fake engine that notes when a read's progress call refused to go on (the read gave way)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gave_way = threading.Event()
+
+    def prefill(self, document, *, progress=None, admit=None):
+        def watched(fraction):
+            try:
+                progress(fraction)
+            except BaseException:
+                self.gave_way.set()
+                raise
+        return super().prefill(document, progress=watched if progress else None, admit=admit)
+
+
+class Held(FakeEngine):
+    """The fake engine whose reads and answers wait, once begun, until `release` is set."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.begun, self.release = threading.Event(), threading.Event()
+        self.on_chunk = lambda document, chunk: self.hold()
+
+    def hold(self):
+        self.begun.set()
+        assert self.release.wait(10)
+
+    def stream(self, doc, question, *, should_stop=None):
+        self.hold()
+        return super().stream(doc, question, should_stop=should_stop)
+
+
+@pytest.mark.parametrize("action", ["load", "question"])
+def test_reading_ahead_gives_way_to_a_load_or_a_question_in_another_session(action):
+    """Any session's load or question comes first: the part being read ahead is dropped at its next chunk (the
+    process has the cores for one read), then read again whole once the other session is done."""
+    engine = Watched(context_tokens=120, keeps_caches=True, chunks=3)
+    session = session_with(engine)
+    other = Session(Held())
+    if action == "question":
+        other.engine.release.set()
+        other.load(document_from_text("The other document says the ferry leaves at six."))
+        other.engine.release.clear()
+        other.engine.begun.clear()
+    elsewhere = threading.Thread(target=lambda: other.load(document_from_text("Another document.")) if
+                                 action == "load" else other.ask("When does the ferry leave?").answer)
+
+    def on_chunk(document, chunk):
+        if len(engine.read) == 2 and chunk == 1 and not elsewhere.is_alive():  # the first part read ahead, half way
+            elsewhere.start()
+            assert other.engine.begun.wait(10)  # the other session's load or question is running
+    engine.on_chunk = on_chunk
+    reader = threading.Thread(target=session.read_ahead)
+    reader.start()
+    try:
+        assert engine.gave_way.wait(10)  # dropped at its next chunk, while the other session works
+    finally:
+        other.engine.release.set()
+        elsewhere.join(10)
+        reader.join(10)
+    half = engine.read[1]
+    assert [d.text for d in engine.read].count(half.text) == 2  # read again whole afterwards
+    assert len(session.parts.reads) == len(session.parts) and not reader.is_alive()
