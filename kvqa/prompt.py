@@ -53,6 +53,12 @@ def in_chinese(question: str) -> bool:
     return CJK.search(question) is not None
 
 
+def asked_in_chinese(question: str) -> bool:
+    """Whether a question is asked in Chinese rather than quoting Chinese words: more CJK ideographs than words in
+    other letters ("Sky Movies和Sky Box office也包含什么可选音轨？" is; "What does 白茶 mean?" is not)."""
+    return len(CJK.findall(question)) > len(re.findall(r"[^\W\d_]+", CJK.sub(" ", question)))
+
+
 def mostly_chinese(text: str, *, sample: int = 4000) -> bool:
     """Whether a document is mostly Chinese: CJK ideographs are at least a third of the letters of its first
     `sample` characters (an English document quoting a few Chinese words is not)."""

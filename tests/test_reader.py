@@ -145,6 +145,8 @@ def test_the_questions_and_the_pages_language_choose_the_model_too(converted):
                       questions=["What does xl list show?"]) is None
     assert reader_for("SmolLM2-135M-Instruct", default, ENGLISH, cache_dir=converted,
                       questions=["What is the capacity of 白茶 cups?"]) is None  # an English question
+    for chinese in ("Sky Movies和Sky Box office也包含什么可选音轨？", "Internet2是什么"):  # Chinese, naming Latin names
+        assert reader_for("SmolLM2-135M-Instruct", default, ENGLISH, cache_dir=converted, questions=[chinese])
     named = Message("reason.command_line")  # a named model is kept; unread_question says what to do instead
     assert reader_for("SmolLM2-135M-Instruct", named, ENGLISH, cache_dir=converted, questions=["容量是多少？"]) is None
     refusal = unread_question("SmolLM2-135M-Instruct", "容量是多少？", cache_dir=converted)

@@ -17,7 +17,7 @@ from pathlib import Path
 from kvqa.messages import Message
 from kvqa.model.kv_cache import kv_bytes
 from kvqa.model.offline import installed_models, offline_model
-from kvqa.prompt import CJK, mostly_chinese
+from kvqa.prompt import CJK, asked_in_chinese, mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -125,7 +125,7 @@ def chinese_reason(text: str, *, page_lang: str | None = None, questions: Sequen
     the page in Chinese (its reader will ask in Chinese)."""
     if mostly_chinese(text):
         return "reason.reads_chinese"
-    if any(mostly_chinese(q) for q in questions):
+    if any(asked_in_chinese(q) for q in questions):
         return "reason.question_chinese"
     if page_lang == "zh" and holds_chinese(text):
         return "reason.asks_chinese"
@@ -153,7 +153,7 @@ def unread_question(model: str, question: str, *, cache_dir=None) -> Message | N
     Chinese: its answer would be wrong or echo the prompt (docs/quality.md). None: the model reads the question, or
     kvqa has not measured it."""
     preset = preset_for(model)
-    if preset is None or preset.chinese or not mostly_chinese(question):
+    if preset is None or preset.chinese or not asked_in_chinese(question):
         return None
     local = [m.name for m in installed_models(cache_dir) if m.chinese]
     better = local[0] if local else next(p.model for p in PRESETS if p.chinese)

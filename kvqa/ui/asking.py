@@ -13,7 +13,7 @@ import gradio as gr
 from kvqa.documents.reading import Part
 from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
-from kvqa.prompt import mostly_chinese
+from kvqa.prompt import asked_in_chinese
 from kvqa.session.session import Ask, Session, cache_origin
 from kvqa.ui import unchanged, warn
 from kvqa.ui.answers import chat_messages, waiting_messages
@@ -63,7 +63,7 @@ class Questions:
             try:
                 session = yield from self.reader_for(waiting.question, session, lang, tab, request, progress)
             except KvqaError as e:  # said in the question's language; the question goes back to its box
-                yield warn(e, "zh" if mostly_chinese(waiting.question) else "en", put_back={
+                yield warn(e, "zh" if asked_in_chinese(waiting.question) else "en", put_back={
                     self.page.question: waiting.question, self.page.chat: self.panels.chat(session, lang, tab)})
                 return
             asked = self.asking(waiting.question, session, lang, progress, baseline=baseline, remember=remember,
