@@ -62,10 +62,22 @@ def asked_in_chinese(question: str) -> bool:
 def mostly_chinese(text: str, *, sample: int = 4000) -> bool:
     """Whether a document is mostly Chinese: CJK ideographs are at least a third of the letters of its first
     `sample` characters (an English document quoting a few Chinese words is not)."""
-    head = text[:sample]
-    cjk = len(CJK.findall(head))
-    letters = sum(c.isalpha() for c in head)
+    cjk, letters = _cjk_and_letters(text[:sample])
     return cjk > 0 and 3 * cjk >= letters
+
+
+def holds_chinese(text: str, *, share: float = 0.1, samples: int = 8, sample: int = 1000) -> bool:
+    """Whether a document holds Chinese passages a reader may ask about: CJK ideographs at least `share` of the
+    letters of `samples` stretches spread over it (an English manual quoting a few Chinese words does not)."""
+    step = max(len(text) // samples, 1)
+    spread = "".join(text[i: i + sample] for i in range(0, len(text), step)) if len(text) > samples * sample else text
+    cjk, letters = _cjk_and_letters(spread)
+    return letters > 0 and cjk >= share * letters
+
+
+def _cjk_and_letters(text: str) -> tuple[int, int]:
+    """How many CJK ideographs, and how many letters (ideographs included), the text has."""
+    return len(CJK.findall(text)), sum(c.isalpha() for c in text)
 
 
 def question_turn(question: str, quotes: Sequence[str] = ()) -> str:

@@ -36,6 +36,7 @@ from kvqa.errors import DocumentError
 from kvqa.evidence.sources import terms
 from kvqa.results import Answer
 from kvqa.session.session import Session
+from test_office import CONTAINER  # an EPUB's META-INF/container.xml, pointing at OEBPS/content.opf
 
 EXAMPLES = 25  # documents of each kind per run without KVQA_HYPOTHESIS_EXAMPLES (the module runs in well under 60 s)
 CONTEXT = 160  # the fake engine's context in tokens: most documents drawn are several times longer
@@ -179,10 +180,6 @@ def write_html(doc: Drawn, path: Path) -> None:
                     encoding="utf-8")
 
 
-CONTAINER = """<?xml version="1.0"?>
-<container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">
-<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles>
-</container>"""
 OPF = """<?xml version="1.0" encoding="UTF-8"?>
 <package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">
 <metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="id">urn:uuid:0</dc:identifier>

@@ -190,8 +190,7 @@ def counted_units(document: Document, first: int, last: int, count_tokens: Calla
     overhead = max(prompt_tokens - sum(counts), 0) if prompt_tokens else count_tokens(system_text("")) + 32
     room = limit - overhead
     if unit_name(document) == "pages" and max(counts, default=0) > room:
-        start, end = offsets(document, first, last)
-        start += len(document.text[start:end]) - len(document.text[start:end].lstrip("\n"))
+        start, end = _page_text(document, first, last)
         document, first, last = in_characters(document), start + 1, end
         spans = units(document, first, last, max_chars=max_chars)
         counts = [count_tokens(span_text(document, s)) for s in spans]
@@ -210,10 +209,15 @@ def span_of(document: Document, part: Document) -> tuple[int, int]:
     the newlines before it left out)."""
     if part.part is None:
         return 0, len(document.text)
-    start, end = offsets(document, part.part.first, part.part.last)
     if unit_name(document) == "pages":
-        start += len(document.text[start:end]) - len(document.text[start:end].lstrip("\n"))
-    return start, end
+        return _page_text(document, part.part.first, part.part.last)
+    return offsets(document, part.part.first, part.part.last)
+
+
+def _page_text(document: Document, first: int, last: int) -> tuple[int, int]:
+    """[start, end) of pages first..last's text, the newlines before it left out (as select() leaves them out)."""
+    start, end = offsets(document, first, last)
+    return start + len(document.text[start:end]) - len(document.text[start:end].lstrip("\n")), end
 
 
 def offsets(document: Document, first: int, last: int) -> tuple[int, int]:

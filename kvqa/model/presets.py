@@ -17,7 +17,7 @@ from pathlib import Path
 from kvqa.messages import Message
 from kvqa.model.kv_cache import kv_bytes
 from kvqa.model.offline import installed_models, offline_model
-from kvqa.prompt import CJK, asked_in_chinese, mostly_chinese
+from kvqa.prompt import asked_in_chinese, holds_chinese, mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -101,22 +101,17 @@ def language_note(model: str, text: str, *, cache_dir=None) -> Message | None:
     preset = preset_for(model)
     if preset is None or preset.chinese or not mostly_chinese(text):
         return None
+    return Message("notice.english_model", model=preset.name, better=chinese_model(cache_dir))
+
+
+def chinese_model(cache_dir=None) -> str:
+    """The model to name to a reader who needs one that reads Chinese: the offline one installed here (in `cache_dir`
+    or as packages), else the smallest preset that reads Chinese."""
     local = [m.name for m in installed_models(cache_dir) if m.chinese]
-    better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
-    return Message("notice.english_model", model=preset.name, better=better)
+    return local[0] if local else next(p.model for p in PRESETS if p.chinese)
 
 
 PINNED = ("reason.env", "reason.command_line", "reason.app")  # model_reason ids of a model a person named
-CHINESE_SHARE = 0.1  # a document with CJK ideographs at least this share of its letters holds Chinese to ask about
-
-
-def holds_chinese(text: str, *, samples: int = 8, sample: int = 1000) -> bool:
-    """Whether a document holds Chinese passages a reader may ask about: CJK ideographs at least CHINESE_SHARE of the
-    letters of `samples` stretches spread over it (an English manual quoting a few Chinese words does not)."""
-    step = max(len(text) // samples, 1)
-    spread = "".join(text[i: i + sample] for i in range(0, len(text), step)) if len(text) > samples * sample else text
-    letters = sum(c.isalpha() for c in spread)
-    return letters > 0 and len(CJK.findall(spread)) >= CHINESE_SHARE * letters
 
 
 def chinese_reason(text: str, *, page_lang: str | None = None, questions: Sequence[str] = ()) -> str | None:
@@ -155,9 +150,7 @@ def unread_question(model: str, question: str, *, cache_dir=None) -> Message | N
     preset = preset_for(model)
     if preset is None or preset.chinese or not asked_in_chinese(question):
         return None
-    local = [m.name for m in installed_models(cache_dir) if m.chinese]
-    better = local[0] if local else next(p.model for p in PRESETS if p.chinese)
-    return Message("question.needs_chinese_model", model=preset.name, better=better)
+    return Message("question.needs_chinese_model", model=preset.name, better=chinese_model(cache_dir))
 
 
 def reading_model(config, text: str, *, page_lang: str | None = None,

@@ -204,11 +204,13 @@ class Service:
             self.notes(fresh).model_reason = reader[1]
         return fresh
 
-    def question_reader(self, session: Session, question: str) -> tuple[str, Message] | None:
+    def question_reader(self, session: Session | None, question: str) -> tuple[str, Message] | None:
         """The offered model (and why) to answer `question` with when the session's model does not read its language
         (a Chinese question on a document the English-only default read: kvqa.model.presets.reading_model), else
-        None. Raises QuestionError saying what to do when the model was chosen (the list, --model, KVQA_MODEL) or
-        none offered reads it."""
+        None (also when the session has no document). Raises QuestionError saying what to do when the model was
+        chosen (the list, --model, KVQA_MODEL) or none offered reads it."""
+        if session is None or session.whole is None:
+            return None
         model = self.model_of(session)
         reason = Message("reason.app") if self.notes(session).picked else self.reason(session)
         reader = reading_model(self.config.replaced(model=model, model_reason=reason), session.whole.text,

@@ -67,7 +67,7 @@ class Api:
         if session is None:
             raise gr.Error(Message("question.no_document_api"), print_exception=False)
         try:
-            reader = self.service.question_reader(session, question) if session.whole is not None else None
+            reader = self.service.question_reader(session, question)
             if reader is not None:
                 session = self.service.read_for_question(session, reader, request, "en", progress)
             asked = parse_range(part, session.whole) if part and part.strip() else None

@@ -96,7 +96,7 @@ class Questions:
         chat with the read's progress and its reason. Raises QuestionError saying what to do when the model was
         chosen or no offered model reads the question."""
         service = self.panels.service
-        reader = service.question_reader(session, question) if session is not None and session.whole else None
+        reader = service.question_reader(session, question)
         if reader is None:
             return session
         done: dict = {}
