@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Question:
+class QuestionTurn:
     """A question as an engine receives it (kvqa.session.ask builds it): its text, the earlier turns it follows up on,
     and the
     document's passages that best match it (BM25's, found once per answer), which its turn quotes."""

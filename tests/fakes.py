@@ -11,7 +11,7 @@ from kvqa.documents.reading import Document
 from kvqa.engines.base import EngineInfo
 from kvqa.errors import DocumentTooLong
 from kvqa.messages import Message
-from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
+from kvqa.results import Answer, AnswerStream, PrefilledDocument, QuestionTurn, ServerPrefix
 from kvqa.timing import Timings
 
 BYTES_PER_TOKEN = 1024
@@ -29,7 +29,7 @@ class FakeEngine:
                  on_chunk: Callable[[Document, int], None] | None = None, model: str = "fake",
                  replies: dict[str, str] | None = None):
         self.model = model  # the name info gives (a preset's, to see what the app says of that model)
-        self.asked: list[Question] = []  # every question as it reached the engine, in order
+        self.asked: list[QuestionTurn] = []  # every question as it reached the engine, in order
         self.prefills = 0
         self.context_tokens = context_tokens
         self.read: list[Document] = []  # every document (or part) read, in order, whole or not
@@ -79,7 +79,7 @@ class FakeEngine:
                                  max_question_tokens=512, max_new_tokens=64,
                                  origin="disk" if restored else "prefill")
 
-    def _answer(self, question: Question, used_cache: bool) -> Iterator[str | Answer]:
+    def _answer(self, question: QuestionTurn, used_cache: bool) -> Iterator[str | Answer]:
         self.asked.append(question)
         words = self.replies[question.text].split() if question.text in self.replies else question.text.split()[:3]
         for word in words:
@@ -89,11 +89,11 @@ class FakeEngine:
         yield Answer(question=question.text, text=" ".join(words) + " ", token_ids=tuple(range(len(words))),
                      timings=timings, stop_reason="eos", used_cache=used_cache)
 
-    def stream(self, doc: PrefilledDocument, question: Question, *,
+    def answer_turn(self, doc: PrefilledDocument, question: QuestionTurn, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         return AnswerStream(self._answer(question, True))
 
-    def stream_without_cache(self, document: Document, question: Question, *, prompt=None,
+    def answer_turn_without_cache(self, document: Document, question: QuestionTurn, *, prompt=None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         return AnswerStream(self._answer(question, False))
 

@@ -116,7 +116,7 @@ class EndlessEngine(FakeEngine):
     """The fake engine whose answers are written until they are stopped (a word every 50 ms, two minutes at most):
     a test that acts while an answer streams cannot lose the race to the answer's end."""
 
-    def stream(self, doc, question, *, should_stop=None):
+    def answer_turn(self, doc, question, *, should_stop=None):
         if len(question.text) > MAX_QUESTION_CHARS:  # refused before a word, as the real engines refuse it
             raise QuestionError("question.too_many_chars", chars=len(question.text), limit=MAX_QUESTION_CHARS)
 

@@ -15,7 +15,7 @@ import kvqa
 import kvqa.generation.decode
 from conftest import tiny_llama
 from kvqa.config import PLAIN
-from kvqa.generation.decode import Asked, decode_n_tokens
+from kvqa.generation.decode import DecodePlan, decode_n_tokens
 from kvqa.generation.generate import run_chunks
 
 TEXT = "The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. " * 4
@@ -42,7 +42,7 @@ def streamed(lm, doc, options=PLAIN, **kw) -> tuple[list[str], kvqa.Answer]:
     ids = doc.prompt.question_ids(QUESTION, limit=doc.max_question_tokens, history=(), quotes=[])
     try:
         logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
-        asked = Asked(question=QUESTION, question_tokens=len(ids), max_new_tokens=kw.pop("max_new_tokens", NEW),
+        asked = DecodePlan(question=QUESTION, question_tokens=len(ids), max_new_tokens=kw.pop("max_new_tokens", NEW),
                       started=time.perf_counter(), used_cache=True, **kw)
         *pieces, answer = decode_n_tokens(lm, logits, doc.cache, options, asked)
     finally:

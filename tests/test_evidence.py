@@ -24,7 +24,7 @@ from kvqa.evidence.sources import (
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.vocabulary import number_tokens
 from kvqa.prompt import question_turn
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask, ask_without_cache
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
@@ -130,7 +130,7 @@ def test_excerpts_never_pass_their_length_and_are_pieces_of_the_passage():
 
 
 def test_a_question_quotes_excerpts_when_told_to():
-    asked = Question("Who was the engineer who designed it?", passages=((3, BRIDGE, 2.0), (1, HISTORY, 1.0)))
+    asked = QuestionTurn("Who was the engineer who designed it?", passages=((3, BRIDGE, 2.0), (1, HISTORY, 1.0)))
     assert asked.quotes(1) == [BRIDGE] and asked.quotes(1, chars=0) == [BRIDGE]
     assert asked.quotes(1, chars=120) == [excerpt(BRIDGE, asked.text, 120)]
     assert asked.quotes(2, order=[1, 3], chars=120) == [excerpt(HISTORY, asked.text, 120),

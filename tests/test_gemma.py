@@ -17,7 +17,7 @@ from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.model.offline import GEMMA3, model_dir
 from kvqa.model.vocabulary import line_end_tokens, number_tokens
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
 from stock import StockGenerate
 
@@ -31,9 +31,9 @@ CONVERSATION = ["What do governments derive their powers from?", "What may the p
                 "destructive of these ends?", "Who wrote the declaration?", "What did he refuse his assent to?"]
 
 
-def asked(question: str) -> Question:
+def asked(question: str) -> QuestionTurn:
     """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
-    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
+    return QuestionTurn(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
 def completion_text(document: str, turns: list[tuple[str, str]], question: str, passage: str) -> str:

@@ -10,9 +10,9 @@ from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents.reading import document_from_text
-from kvqa.session.session import Session, speedup
+from kvqa.session.session import Session
 from kvqa.timing import ReadCost
-from kvqa.ui.latency import latency_summary, latency_table
+from kvqa.ui.latency import latency_summary, latency_table, speedup
 
 DOC = document_from_text("A short document about ferries, bridges and the harbour's opening hours.")
 

@@ -19,7 +19,7 @@ from kvqa.messages import render
 from kvqa.model.loading import prepare
 from kvqa.model.presets import PRESETS, Preset, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
@@ -30,9 +30,9 @@ DOCUMENT = ("The Lumaro CP-40 press holds 1.2 litres. Its frame is guaranteed fo
             "per litre and wait four minutes before pressing. ") * 6
 
 
-def asked(question: str) -> Question:
+def asked(question: str) -> QuestionTurn:
     """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
-    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
+    return QuestionTurn(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
 def test_parameters_are_counted_from_the_architecture():

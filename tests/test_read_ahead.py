@@ -81,7 +81,7 @@ def test_a_question_takes_the_model_and_the_half_read_part_is_read_again_whole()
         answered.set()
     asker = threading.Thread(target=ask)
     asker.start()
-    assert wait_until(session._wanted.is_set)  # the question waits for the reader to give way
+    assert wait_until(session.lock.wanted.is_set)  # the question waits for the reader to give way
     asked.set()
     asker.join(10)
     reader.join(10)
@@ -113,7 +113,7 @@ def test_loading_another_document_ends_the_reading_of_the_first():
     def on_chunk(document, chunk):
         if not started.is_set():
             started.set()
-            assert wait_until(session._wanted.is_set)  # the load waits for the reader to give way
+            assert wait_until(session.lock.wanted.is_set)  # the load waits for the reader to give way
     engine.on_chunk = on_chunk
     reader = threading.Thread(target=session.read_ahead)
     reader.start()
@@ -232,9 +232,9 @@ class Held(FakeEngine):
         self.begun.set()
         assert self.release.wait(10)
 
-    def stream(self, doc, question, *, should_stop=None):
+    def answer_turn(self, doc, question, *, should_stop=None):
         self.hold()
-        return super().stream(doc, question, should_stop=should_stop)
+        return super().answer_turn(doc, question, should_stop=should_stop)
 
 
 @pytest.mark.parametrize("action", ["load", "question"])

@@ -15,7 +15,7 @@ from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.model.loading import default_model_dir
 from kvqa.prompt import question_turn, system_text
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
 from stock import StockGenerate
 
@@ -42,9 +42,9 @@ QUESTIONS = ["How much does the jug hold?", "How long should the coffee steep?",
 FOLLOW_UPS = ["How do I clean the filter?", "Is the frame dishwasher safe?", "And how often should I descale?"]
 
 
-def asked(question: str) -> Question:
+def asked(question: str) -> QuestionTurn:
     """The question as an engine gets it: with BM25's best five passages of DOCUMENT."""
-    return Question(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
+    return QuestionTurn(question, passages=tuple(candidates(DOCUMENT, question, limit=5)))
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import kvqa
 import kvqa.generation.rerank as rerank
 from kvqa.documents.reading import document_from_text
 from kvqa.evidence.sources import candidates, find_sources, quotes
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask, ask_without_cache
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
@@ -25,9 +25,9 @@ HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded i
 QUESTION = "When was the bridge completed?"
 
 
-def asked(question: str) -> Question:
+def asked(question: str) -> QuestionTurn:
     """The question as an engine gets it: with BM25's best five passages of HISTORY."""
-    return Question(question, passages=tuple(candidates(HISTORY, question, limit=5)))
+    return QuestionTurn(question, passages=tuple(candidates(HISTORY, question, limit=5)))
 
 
 def test_the_quote_and_the_first_source_follow_the_given_order():

@@ -17,8 +17,9 @@ from kvqa.cache.shared import SharedCaches
 from kvqa.documents.parts import part_of
 from kvqa.engines import LocalEngine
 from kvqa.errors import QuestionError
-from kvqa.session.session import Ask, Session, Turn, cache_origin, speedup
+from kvqa.session.session import Ask, Session, Turn
 from kvqa.timing import Timings
+from kvqa.ui.latency import cache_origin, speedup
 
 CONFIG = kvqa.Config.of(max_new_tokens=12, max_question_tokens=256)
 TEXT = ("The ferry to Aland leaves at nine from the west pier. The museum opens at ten and closes at six. "

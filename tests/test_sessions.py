@@ -14,7 +14,8 @@ import kvqa
 from kvqa.cache.budget import CacheBudget
 from kvqa.engines import LocalEngine
 from kvqa.model.kv_cache import bytes_per_token
-from kvqa.session.session import YIELD_WAIT_S, Ask, Session
+from kvqa.session.ahead import YIELD_WAIT_S
+from kvqa.session.session import Ask, Session
 
 CONFIG = kvqa.Config.of(max_new_tokens=12, max_question_tokens=64)
 DOCS = [kvqa.document_from_text(f"Document {i}. The code word of this document is {w}. " * 20)

@@ -12,7 +12,8 @@ from kvqa.cache.shared import SharedCaches
 from kvqa.cache.store import KVStore
 from kvqa.engines import LocalEngine, make_engine
 from kvqa.errors import BusyError
-from kvqa.session.session import Ask, Session, cache_origin
+from kvqa.session.session import Ask, Session
+from kvqa.ui.latency import cache_origin
 
 CONFIG = kvqa.Config.of(max_new_tokens=10, max_question_tokens=64)
 DOC = kvqa.document_from_text("The harbour's code word is pelican. The ferry leaves at nine every morning. " * 10)

@@ -3,10 +3,10 @@
 One process, one model, the same document text and the same questions for every method, at several context lengths:
 
 - `recompute`: the whole prompt (document and question) run from scratch for every question
-  (LocalEngine.stream_without_cache, what `kvqa ask --no-cache` does).
+  (LocalEngine.answer_turn_without_cache, what `kvqa ask --no-cache` does).
 - `seed`: the cache reuse shown in transformers' documentation: the document prefilled once into a DynamicCache by
   one forward, then for every question `copy.deepcopy` of that cache and `model.generate(...)` on top of the copy.
-- `kvqa`: LocalEngine.prefill once, then LocalEngine.stream for every question, exactly as the CLI and the app use
+- `kvqa`: LocalEngine.prefill once, then LocalEngine.answer_turn for every question, exactly as the CLI and the app use
   them. Its rows also carry `floor_ttft_s` (one bare forward of the question's tokens on the prefilled cache: what
   TTFT cannot go below), `unchunked_prefill_s` (the same prefill as one forward instead of chunks) and
   `decode_floor_s` (weights and KV at the context read once at this machine's bandwidth, measured once per run:

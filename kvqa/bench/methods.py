@@ -25,7 +25,7 @@ from kvqa.session.ask import ask, ask_without_cache
 from ..config import Config, Decoding
 from ..engines.local import LocalEngine
 from ..prompt import Prompt
-from ..results import Question
+from ..results import QuestionTurn
 from ..timing import now
 from .errors import BenchError
 from .memory import Bandwidth, PeakMemory
@@ -278,5 +278,5 @@ def stock_attention(model) -> Iterator[None]:
 def _quotes(lm: LoadedModel, document: Document, question: str, options: Decoding) -> list[str]:
     """What kvqa quotes in the question's turn (kvqa.session.ask, kvqa.generation.rerank), for the runs that build
     the turn themselves."""
-    asked = Question(question, passages=tuple(rank(document.text, question).candidates(options.passages)))
+    asked = QuestionTurn(question, passages=tuple(rank(document.text, question).candidates(options.passages)))
     return quoted(lm, asked, options)[0]

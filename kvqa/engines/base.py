@@ -11,7 +11,7 @@ from kvqa.model.offline import Stages
 
 from ..config import Decoding
 from ..prompt import Prompt
-from ..results import AnswerStream, PrefilledDocument, Question
+from ..results import AnswerStream, PrefilledDocument, QuestionTurn
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,12 @@ class Engine(Protocol):
         """Read the document once. progress(fraction) as it goes; admit(bytes) before the cache is allocated (it
         may raise to refuse)."""
 
-    def stream(self, doc: PrefilledDocument, question: Question, *,
+    def answer_turn(self, doc: PrefilledDocument, question: QuestionTurn, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """Answer from the prefilled document, streaming, with self.options; the document's cache is left as it was.
         The Answer carries no sources: kvqa.session.ask, above the engines, gives them."""
 
-    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+    def answer_turn_without_cache(self, document: Document, question: QuestionTurn, *, prompt: Prompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """Answer by reading the whole prompt again (the measured baseline), with the same model and settings."""
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvqa.documents.reading import Document
-from kvqa.generation.generate import guarantee, prefill, stream, stream_without_cache
+from kvqa.generation.generate import answer_from_scratch, answer_on_cache, guarantee, prefill
 from kvqa.model.loading import LoadedModel, load_model
 from kvqa.model.offline import Stages
 
 from ..config import Config
 from ..prompt import Prompt, prompt_for
-from ..results import AnswerStream, PrefilledDocument, Question
+from ..results import AnswerStream, PrefilledDocument, QuestionTurn
 from .base import EngineInfo
 
 
@@ -61,13 +61,13 @@ class LocalEngine:
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
 
-    def stream(self, doc: PrefilledDocument, question: Question, *,
+    def answer_turn(self, doc: PrefilledDocument, question: QuestionTurn, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
-        return stream(self.lm, doc, question, self.options, should_stop=should_stop)
+        return answer_on_cache(self.lm, doc, question, self.options, should_stop=should_stop)
 
-    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+    def answer_turn_without_cache(self, document: Document, question: QuestionTurn, *, prompt: Prompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
-        return stream_without_cache(self.lm, document, question, self.options, config=self.config, prompt=prompt,
+        return answer_from_scratch(self.lm, document, question, self.options, config=self.config, prompt=prompt,
                                     should_stop=should_stop, same_schedule=self.same_schedule)
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:

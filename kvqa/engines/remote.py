@@ -2,7 +2,7 @@
 OpenAI-compatible chat completions API, keeping document prefixes in its own prefix cache.
 
 prefill() sends the document's system message once with a one-token completion, so the server computes and caches
-the document's prefix; it reports how long that took and the prompt tokens the server counted. stream() sends the
+the document's prefix; it reports how long that took and the prompt tokens the server counted. answer_turn() sends the
 byte-identical system message plus the question as a user turn, streamed: the server finds the document's prefix in
 its cache and computes only the rest. The server applies its own chat template, so messages are sent, not ids.
 
@@ -44,7 +44,7 @@ from ..errors import (
 )
 from ..messages import Message
 from ..prompt import MAX_QUESTION_CHARS, ChatPrompt, question_turn, system_text
-from ..results import Answer, AnswerStream, PrefilledDocument, Question, ServerPrefix
+from ..results import Answer, AnswerStream, PrefilledDocument, QuestionTurn, ServerPrefix
 from ..timing import Timings
 from .base import EngineInfo
 
@@ -133,7 +133,7 @@ class RemoteEngine:
             model_name=model, max_question_tokens=self.config.limits.max_question_tokens,
             max_new_tokens=self.config.limits.max_new_tokens)
 
-    def stream(self, doc: PrefilledDocument, question: Question, *,
+    def answer_turn(self, doc: PrefilledDocument, question: QuestionTurn, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """The same system message plus the question, streamed; the server takes the document from its cache."""
         assert isinstance(doc.cache, ServerPrefix), "this document was prefilled by another engine"
@@ -143,7 +143,7 @@ class RemoteEngine:
         return AnswerStream(self._answer(doc.cache.system, question, self._turn(question), max_new_tokens=limit,
                                          should_stop=should_stop, used_cache=True))
 
-    def stream_without_cache(self, document: Document, question: Question, *, prompt: ChatPrompt | None = None,
+    def answer_turn_without_cache(self, document: Document, question: QuestionTurn, *, prompt: ChatPrompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         """The same request, asking the server not to use its prefix cache (llama.cpp: cache_prompt false; vLLM: a
         fresh cache_salt). A server that ignores both says so in the answer's cached_tokens."""
@@ -178,13 +178,13 @@ class RemoteEngine:
 
     # ---- one answer
 
-    def _turn(self, question: Question) -> str:
+    def _turn(self, question: QuestionTurn) -> str:
         """The user turn: the question with its best passages quoted (Config.decoding: quote_passages, quote_chars)."""
         options = self.options
         return question_turn(_checked(question.text),
                              question.quotes(options.quote_passages, chars=options.quote_chars))
 
-    def _answer(self, system: str, question: Question, turn: str, *, max_new_tokens: int,
+    def _answer(self, system: str, question: QuestionTurn, turn: str, *, max_new_tokens: int,
                 should_stop: Callable[[], bool] | None, used_cache: bool) -> Iterator[str | Answer]:
         """Stream one answer to the question's user turn `turn`; yields text, then the Answer. Leaving early closes
         the response: the server aborts."""

@@ -28,12 +28,12 @@ from kvqa.cache.restore import cache_key, restore
 from kvqa.cache.store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from kvqa.documents.reading import Document
 from kvqa.generation.generate import (
+    answer_from_scratch,
+    answer_on_cache,
     guarantee,
     out_of_memory_as_error,
     prefill_steps,
     prefix_of,
-    stream,
-    stream_without_cache,
 )
 from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
 from kvqa.model.loading import LoadedModel, load_model
@@ -41,7 +41,7 @@ from kvqa.model.offline import Stages
 
 from ..config import Config
 from ..prompt import Prompt, prompt_for
-from ..results import Answer, AnswerStream, PrefilledDocument, Question, close_events
+from ..results import Answer, AnswerStream, PrefilledDocument, QuestionTurn, close_events
 from ..timing import Timings
 from .base import EngineInfo
 from .local import LocalEngine
@@ -89,13 +89,13 @@ def prefill_seconds(document: Document, config: Config, *args) -> int:
     return int(min(300, 20 + len(document.text) / 3 / 2000))
 
 
-def answer_seconds(source: PrefilledDocument | StoredDocument, question: Question, config: Config, *args) -> int:
+def answer_seconds(source: PrefilledDocument | StoredDocument, question: QuestionTurn, config: Config, *args) -> int:
     """A generous GPU time for one answer: moving the cache, the question, and up to max_new_tokens at ~20/s."""
     doc = source.doc if isinstance(source, StoredDocument) else source
     return int(min(300, 15 + doc.cache_bytes / 2**30 + doc.max_new_tokens / 20))
 
 
-def baseline_seconds(document: Document, question: Question, config: Config, *args) -> int:
+def baseline_seconds(document: Document, question: QuestionTurn, config: Config, *args) -> int:
     return prefill_seconds(document, config) + 15 + config.limits.max_new_tokens // 20
 
 
@@ -108,7 +108,7 @@ def _prefill_on_gpu(document: Document, config: Config, prefix: tuple[Prompt, li
     yield _to(doc, "cpu")
 
 
-def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: Question,
+def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: QuestionTurn,
                    config: Config) -> Generator[str | Answer | FileMissed, None, None]:
     lm = load_model(config)
     if isinstance(source, StoredDocument):
@@ -119,12 +119,12 @@ def _stream_on_gpu(source: PrefilledDocument | StoredDocument, question: Questio
     else:
         doc = _to(source, lm.device)  # this process's own copy of the cache: the session's stays on the CPU
     doc = replace(doc, prompt=replace(doc.prompt, tokenizer=lm.tokenizer))
-    yield from stream(lm, doc, question, config.decoding).events()
+    yield from answer_on_cache(lm, doc, question, config.decoding).events()
 
 
-def _answer_without_cache_on_gpu(document: Document, question: Question, config: Config, prompt: Prompt) -> Answer:
+def _answer_without_cache_on_gpu(document: Document, question: QuestionTurn, config: Config, prompt: Prompt) -> Answer:
     lm = load_model(config)
-    return stream_without_cache(lm, document, question, config.decoding, config=config, prompt=prompt).answer
+    return answer_from_scratch(lm, document, question, config.decoding, config=config, prompt=prompt).answer
 
 
 def _to(doc: PrefilledDocument, device) -> PrefilledDocument:
@@ -244,13 +244,13 @@ class ZeroGPUEngine:
                     "or damaged); its cache crosses by pickling from now on")
         self._remember(doc, None)
 
-    def stream(self, doc: PrefilledDocument, question: Question, *,
+    def answer_turn(self, doc: PrefilledDocument, question: QuestionTurn, *,
                should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         question_tokens = len(doc.prompt.question_ids(question.text, limit=doc.max_question_tokens,
                                                       history=question.history))  # fail here, not on the GPU
         return AnswerStream(self._pieces(doc, question, question_tokens, should_stop))
 
-    def _events(self, doc: PrefilledDocument, question: Question) -> Generator[str | Answer, None, None]:
+    def _events(self, doc: PrefilledDocument, question: QuestionTurn) -> Generator[str | Answer, None, None]:
         """The answer's GPU events, from the store's file when it holds the cache; from a pickled copy of the cache
         when not, or when the GPU side could not use the file (a second call)."""
         events = self._stream_on_gpu(self._source(doc), question, self.config)
@@ -287,7 +287,7 @@ class ZeroGPUEngine:
         finally:
             events.close()
 
-    def stream_without_cache(self, document: Document, question: Question, *, prompt: Prompt | None = None,
+    def answer_turn_without_cache(self, document: Document, question: QuestionTurn, *, prompt: Prompt | None = None,
                              should_stop: Callable[[], bool] | None = None) -> AnswerStream:
         prompt = prompt or prompt_for(self.local.lm.tokenizer)
         prompt.question_ids(question.text, limit=self.config.limits.max_question_tokens, history=question.history)

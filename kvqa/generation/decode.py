@@ -27,7 +27,7 @@ from kvqa.timing import Timings, now
 
 
 @dataclass(frozen=True)
-class Asked:
+class DecodePlan:
     """What one answer is asked for, beside the model, its cache and the settings: the question (for the Answer), how
     many tokens its turn took, the most new tokens, whether the document's cache was used, the prompt's ids (what
     drafting may copy from), the tokens that end the answer besides EOS, a check for Stop, and the passage order the
@@ -55,7 +55,7 @@ class Counts:
 
 
 def decode_n_tokens(lm: LoadedModel, logits: torch.Tensor, cache: KVCache, options: Decoding,
-                    asked: Asked) -> Iterator[str | Answer]:
+                    asked: DecodePlan) -> Iterator[str | Answer]:
     """Choose up to asked.max_new_tokens tokens from logits (1, vocab), feeding them back; yields text, then the
     Answer. With options.draft_tokens > 0, greedy decoding and where it pays (drafting_pays) each step also checks
     guesses (draft_step); with options.repeat_stop > 0 a span or a sentence said again ends the answer (Stops), before
@@ -267,7 +267,7 @@ class Stops:
     made the answer repeat (a span said again whole, is_looping; or a sentence with small changes, SentenceRepeats,
     held back from the stream while it could still prove one)."""
 
-    def __init__(self, lm: LoadedModel, options: Decoding, asked: Asked):
+    def __init__(self, lm: LoadedModel, options: Decoding, asked: DecodePlan):
         self.should_stop, self.repeat_stop = asked.should_stop, options.repeat_stop
         self.ends = lm.eos_ids | asked.stop_ids
         self.digits = number_tokens(lm.tokenizer) if options.repeat_stop > 0 else frozenset()

@@ -2,12 +2,12 @@
 engine in this process, the ZeroGPU engine inside its GPU functions). Prefill reads the document's prompt prefix once,
 in chunks, into a KVCache with a reserve for one question and its answer (prefill, prefill_steps, run_chunks). Decode
 appends the question's ids to that cache and chooses the answer one token at a time, feeding each back
-(decode_n_tokens, decode_one_token); stream() rolls the cache back to the document when the answer ends, also when it
-is closed early (Stop, a client gone) or the model fails, so the next question sees exactly the document, while
-stream_without_cache() is the usual approach, measured for comparison: the whole prompt in one forward, decoded through
-the same decode_n_tokens(), so greedy answers are comparable token for token. Drafting (Drafter: prompt lookup)
-guesses the next tokens from the prompt and the answer so far, and one forward keeps those the model itself would have
-chosen (kvqa.generation.decode holds the decode loop and its parts). This module imports no engine: engines own the
+(decode_n_tokens, decode_one_token); answer_on_cache() rolls the cache back to the document when the answer ends,
+also when it is closed early (Stop, a client gone) or the model fails, so the next question sees exactly the
+document, while answer_from_scratch() is the usual approach, measured for comparison: the whole prompt in one
+forward, decoded through the same decode_n_tokens(), so greedy answers are comparable token for token. Drafting
+(Drafter: prompt lookup) guesses the next tokens from the prompt and the answer so far, and one forward keeps those
+the model itself would have chosen (kvqa.generation.decode holds the decode loop and its parts). This module imports no engine: engines own the
 model and the settings, and call these functions.
 """
 
@@ -22,14 +22,14 @@ import torch
 from kvqa.config import PLAIN, Config, Decoding
 from kvqa.documents.reading import Document
 from kvqa.errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
-from kvqa.generation.decode import Asked, decode_n_tokens, stops_for
+from kvqa.generation.decode import DecodePlan, decode_n_tokens, stops_for
 from kvqa.generation.rerank import quoted
 from kvqa.memory import release_memory
 from kvqa.messages import Message
 from kvqa.model.kv_cache import KVCache, cache_bytes, new_cache
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt, prompt_for
-from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question
+from kvqa.results import Answer, AnswerStream, PrefilledDocument, QuestionTurn
 from kvqa.timing import now
 
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer packs more than this on average: longer texts cannot fit
@@ -135,7 +135,7 @@ def out_of_memory_as_error(doing: str) -> Iterator[None]:
 
 # ---- decode -------------------------------------------------------------------------------------------------------
 
-def stream(lm: LoadedModel, doc: PrefilledDocument, question: Question, options: Decoding = PLAIN, *,
+def answer_on_cache(lm: LoadedModel, doc: PrefilledDocument, question: QuestionTurn, options: Decoding = PLAIN, *,
            should_stop: Callable[[], bool] | None = None) -> AnswerStream:
     """Answer from the prefilled cache, streaming; the cache is left as it was. The question's turn quotes its
     passages (options.quote_passages, reranked first when options.rerank_passages) after its earlier turns
@@ -149,11 +149,11 @@ def stream(lm: LoadedModel, doc: PrefilledDocument, question: Question, options:
         quotes, order, ranked_s = quoted(lm, question, options)
     ids = doc.prompt.question_ids(question.text, limit=doc.max_question_tokens, history=question.history,
                                   quotes=quotes)
-    asked = Asked(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
+    asked = DecodePlan(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
                   used_cache=True, context=(*doc.ids, *ids),
                   stop_ids=stops_for(lm, doc.prompt), should_stop=should_stop, order=tuple(order) if order else None,
                   quote_ids=quote_ids(doc.prompt, quotes, options))
-    return AnswerStream(_answer_on_cache(lm, doc, ids, options, asked, ranked_s=ranked_s))
+    return AnswerStream(_decode_on_cache(lm, doc, ids, options, asked, ranked_s=ranked_s))
 
 
 def quote_ids(prompt: Prompt, quotes: list[str], options: Decoding) -> tuple[int, ...]:
@@ -163,7 +163,7 @@ def quote_ids(prompt: Prompt, quotes: list[str], options: Decoding) -> tuple[int
     return tuple(token for quote in quotes for token in prompt.text_ids(quote))
 
 
-def _answer_on_cache(lm: LoadedModel, doc: PrefilledDocument, ids: list[int], options: Decoding, asked: Asked, *,
+def _decode_on_cache(lm: LoadedModel, doc: PrefilledDocument, ids: list[int], options: Decoding, asked: DecodePlan, *,
                      ranked_s: float) -> Iterator[str | Answer]:
     """The question's ids on top of the document's cache, then the answer; holds doc.lock, rolls back at the end.
     ranked_s: the time spent choosing the quoted passages, counted in the answer's times."""
@@ -179,7 +179,7 @@ def _answer_on_cache(lm: LoadedModel, doc: PrefilledDocument, ids: list[int], op
         doc.lock.release()
 
 
-def stream_without_cache(lm: LoadedModel, document: Document, question: Question, options: Decoding = PLAIN, *,
+def answer_from_scratch(lm: LoadedModel, document: Document, question: QuestionTurn, options: Decoding = PLAIN, *,
                          config: Config = Config(), prompt: Prompt | None = None,
                          should_stop: Callable[[], bool] | None = None, same_schedule: bool = False) -> AnswerStream:
     """The baseline users have today: the whole prompt (document and question) computed again for this question, in
@@ -199,14 +199,14 @@ def stream_without_cache(lm: LoadedModel, document: Document, question: Question
         chunks.append(ids[len(prefix):])
     # as a prefilled cache's: a compiled step sees the same shapes
     capacity = len(prefix) + config.limits.reserve_tokens
-    asked = Asked(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
+    asked = DecodePlan(question=question.text, question_tokens=len(ids), max_new_tokens=max_new_tokens,
                   used_cache=False, context=tuple(ids),
                   stop_ids=stops_for(lm, prompt), should_stop=should_stop, order=tuple(order) if order else None,
                   quote_ids=quote_ids(prompt, quotes, options))
-    return AnswerStream(_answer_from_scratch(lm, chunks, options, asked, capacity=capacity, ranked_s=ranked_s))
+    return AnswerStream(_decode_from_scratch(lm, chunks, options, asked, capacity=capacity, ranked_s=ranked_s))
 
 
-def _answer_from_scratch(lm: LoadedModel, chunks: list[list[int]], options: Decoding, asked: Asked, *,
+def _decode_from_scratch(lm: LoadedModel, chunks: list[list[int]], options: Decoding, asked: DecodePlan, *,
                          capacity: int, ranked_s: float) -> Iterator[str | Answer]:
     asked = replace(asked, started=now(lm.device) - ranked_s)
     with out_of_memory_as_error("doing.answering"):

@@ -20,7 +20,7 @@ import torch
 from kvqa.config import Decoding
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import in_chinese
-from kvqa.results import Question
+from kvqa.results import QuestionTurn
 from kvqa.timing import now
 
 BM25_WEIGHT = 0.5
@@ -71,7 +71,7 @@ def rerank(lm: LoadedModel, passages: Sequence[str], bm25: Sequence[float], ques
     return sorted(range(len(passages)), key=lambda i: (-combined[i], i))
 
 
-def passage_order(lm: LoadedModel, question: Question, candidates: int) -> list[int] | None:
+def passage_order(lm: LoadedModel, question: QuestionTurn, candidates: int) -> list[int] | None:
     """The passages the question's turn quotes and its answer's sources rank first: BM25's best `candidates` (of
     question.passages) reordered by the model (passage numbers, best first, as kvqa.evidence.sources takes them); None
     when off
@@ -85,7 +85,7 @@ def passage_order(lm: LoadedModel, question: Question, candidates: int) -> list[
     return [found[i][0] for i in order]
 
 
-def quoted(lm: LoadedModel, question: Question, options: Decoding) -> tuple[list[str], list[int] | None, float]:
+def quoted(lm: LoadedModel, question: QuestionTurn, options: Decoding) -> tuple[list[str], list[int] | None, float]:
     """What a question's turn quotes: its best options.quote_passages passages (options.rerank_passages of them
     reordered by the model first, when on), the passage order its sources then follow (None: BM25's), and the seconds
     choosing them took (counted in the answer's times). Every engine with a model builds a question's turn with it."""

@@ -27,7 +27,7 @@ from kvqa.evidence.sources import Ranking, rank
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt
-from kvqa.results import Answer, AnswerStream, PrefilledDocument, Question, close_events
+from kvqa.results import Answer, AnswerStream, PrefilledDocument, QuestionTurn, close_events
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def ask(engine: Engine, doc: PrefilledDocument, question: str, *, history: Seque
     read = doc.document
     ranking = (evidence or Evidence.of(read, question)).within(read)
     asked = _question(engine, ranking, question, history, max_new_tokens)
-    return AnswerStream(_with_sources(engine.stream(doc, asked, should_stop=should_stop), ranking, read,
+    return AnswerStream(_with_sources(engine.answer_turn(doc, asked, should_stop=should_stop), ranking, read,
                                       _quoted(engine, asked)))
 
 
@@ -74,15 +74,15 @@ def ask_without_cache(engine: Engine, document: Document, question: str, *, hist
     """ask(), reading the whole prompt again (the measured baseline), with the same evidence, model and settings."""
     ranking = (evidence or Evidence.of(document, question)).within(document)
     asked = _question(engine, ranking, question, history, max_new_tokens)
-    pieces = engine.stream_without_cache(document, asked, prompt=prompt, should_stop=should_stop)
+    pieces = engine.answer_turn_without_cache(document, asked, prompt=prompt, should_stop=should_stop)
     return AnswerStream(_with_sources(pieces, ranking, document, _quoted(engine, asked)))
 
 
-def _question(engine: Engine, ranking: Ranking, question: str, history, max_new_tokens) -> Question:
-    return Question(question, tuple(history), tuple(ranking.candidates(engine.options.passages)), max_new_tokens)
+def _question(engine: Engine, ranking: Ranking, question: str, history, max_new_tokens) -> QuestionTurn:
+    return QuestionTurn(question, tuple(history), tuple(ranking.candidates(engine.options.passages)), max_new_tokens)
 
 
-def _quoted(engine: Engine, asked: Question) -> Callable[[Sequence[int] | None], list[str]]:
+def _quoted(engine: Engine, asked: QuestionTurn) -> Callable[[Sequence[int] | None], list[str]]:
     """What the question's turn quoted, given the model's order of the passages (None: BM25's), as the engine quotes."""
     options = engine.options
     return lambda order: asked.quotes(options.quote_passages, order, chars=options.quote_chars)
@@ -132,7 +132,7 @@ def stream_without_cache(lm: LoadedModel, document: Document, question: str, *, 
                          should_stop: Callable[[], bool] | None = None, max_new_tokens: int | None = None,
                          same_schedule: bool = False, **settings) -> AnswerStream:
     """ask_without_cache() on your model (config: its chunks and reserve); same_schedule: see
-    kvqa.generation.generate.stream_without_cache."""
+    kvqa.generation.generate.answer_from_scratch."""
     engine = _engine(lm, config, settings, same_schedule=same_schedule)
     return ask_without_cache(engine, document, question, history=history, prompt=prompt, should_stop=should_stop,
                              max_new_tokens=max_new_tokens)

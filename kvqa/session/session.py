@@ -24,11 +24,10 @@ from kvqa.evidence.sources import Source
 from kvqa.memory import release_memory
 from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
+from kvqa.session.ahead import SessionLock, read_ahead
 from kvqa.session.ask import Evidence, ask, ask_without_cache
 from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed, routed_notice
 from kvqa.timing import Timings
-
-YIELD_WAIT_S = 60.0  # how long a question waits for a part being read ahead to give the model up (one chunk)
 
 
 @dataclass(frozen=True)
@@ -45,46 +44,6 @@ class Ask:
     progress: Callable[[float], None] | None = None  # how far a read the question needs first is (a part, a rebuild)
     on_rebuild: Callable[[PrefilledDocument], None] | None = None  # the evicted cache was read again first
     on_part: Callable[[PrefilledDocument], None] | None = None  # another part was read (or restored) first
-
-
-class _Foreground:
-    """Loads and questions running in this process, in any session: reading ahead waits while any runs."""
-
-    def __init__(self):
-        self.count = 0
-        self.lock = threading.Lock()
-
-    def __bool__(self) -> bool:
-        return self.count > 0
-
-    def __enter__(self) -> None:
-        with self.lock:
-            self.count += 1
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.count -= 1
-
-
-FOREGROUND = _Foreground()
-
-
-class _GiveWay(Exception):
-    """A question, a new document or the session's end wants the model: the part being read ahead is dropped."""
-
-
-class _NoRoom(Exception):
-    """The memory budget has no room for a part read ahead without evicting another cache."""
-
-
-class _Reader:
-    """The memory budget's owner of a part being read ahead: it holds the cache only while reading it."""
-
-    def __init__(self, client: str | None):
-        self.client = client
-
-    def try_evict(self) -> bool:
-        return False
 
 
 @dataclass(frozen=True)
@@ -139,15 +98,13 @@ class Session:
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self.answering = False  # a question is being answered now (what Stop ends)
-        self._busy = threading.Lock()  # one action at a time per session
-        self._wanted = threading.Event()  # a load or a question waits for the part being read ahead (read_ahead)
-        self._read_ahead_running = False  # read_ahead holds _busy
+        self.lock = SessionLock()  # one action at a time; reading ahead gives way (kvqa.session.ahead)
         self.closed = False  # close() was called: the session ended and holds no document any more
         self.recompute = recompute  # nothing is cached: every question reads the whole prompt (kvqa ask --no-cache)
 
     @property
     def busy(self) -> bool:
-        return self._busy.locked()
+        return self.lock.locked
 
     def load(self, document: Document, *, part: Part | None = None,
              progress: Callable[[float], None] | None = None) -> bool:
@@ -160,7 +117,7 @@ class Session:
         key = fingerprint(self.engine, document) + f"\0{part.unit if part else ''}{asked}"
         if key == self.fingerprint and (self.prefilled is not None or self.recompute):
             return False
-        with self._exclusive():
+        with self.lock.action():
             if self.recompute:  # nothing is read now: each question reads the document (or its part) again
                 read = select(document, *asked) if asked else document
                 self.whole, self.document, self.fingerprint = document, read, key
@@ -210,7 +167,7 @@ class Session:
         return AnswerStream(self._ask(asked))
 
     def _ask(self, asked: Ask) -> Iterator[str | Answer]:
-        with self._exclusive():
+        with self.lock.action():
             self._stop.clear()
             self.answering = True
             try:
@@ -322,64 +279,15 @@ class Session:
                 and self.engine.info.keeps_caches)
 
     def read_ahead(self, on_ready: Callable[[int, int], None] | None = None) -> int:
-        """Read the long document's parts that were not read yet, one at a time, so that a question routed to one
-        finds it ready: each goes into the engine's disk store (engine.info.keeps_caches; nothing is read ahead
-        without one) and leaves memory; a question routed to it restores it. Loads and questions come first, in
-        any session of the process: the part being read is dropped at its next chunk (never used half read) and
-        read again after them. Stops when the session closes or loads another document, or when the memory budget
-        has no room without evicting someone. on_ready(ready, parts) after each part. Returns the parts read."""
+        """Read the long document's parts that were not read yet, one at a time, into the engine's disk store, so
+        that a question routed to one finds it ready (kvqa.session.ahead.read_ahead: loads and questions in any
+        session come first). Stops when the session closes or loads another document. on_ready(ready, parts) after
+        each part. Returns the parts read."""
         if not self.can_read_ahead:
             return 0
-        source, parts = self.whole, self.parts
-        reader, read = _Reader(self.client), 0
-        for first, last, _ in parts:
-            while not parts.has(first):
-                if self.closed or self.whole is not source:
-                    return read
-                if self._wanted.is_set() or FOREGROUND or not self._busy.acquire(blocking=False):
-                    time.sleep(0.05)
-                    continue
-                self._read_ahead_running = True
-                try:
-                    if self.closed or self.whole is not source or self._wanted.is_set():
-                        continue
-                    if not self._read_ahead_one(source, first, last, reader):
-                        return read
-                    read += 1
-                except _GiveWay:
-                    continue
-                finally:
-                    self._read_ahead_running = False
-                    self._busy.release()
-            if on_ready is not None:
-                on_ready(parts.ready, len(parts))
-        return read
-
-    def _read_ahead_one(self, source: Document, first: int, last: int, reader: _Reader) -> bool:
-        """Read one part into the store (under _busy); False when the budget has no room for it now."""
-        def give_way(fraction: float) -> None:
-            if self._wanted.is_set() or FOREGROUND or self.closed:
-                raise _GiveWay
-
-        def admit(nbytes: int) -> None:
-            if self.budget.used_bytes + nbytes > self.budget.limit_bytes:
-                raise _NoRoom
-            self.budget.admit(nbytes, reader)
-
-        try:
-            prefilled = prefill_part(
-                lambda d: self.engine.prefill(d, progress=give_way, admit=admit if self.budget else None),
-                self.engine.count_tokens, source, first=first, last=last)
-        except _NoRoom:
-            return False
-        finally:
-            if self.budget is not None:
-                self.budget.cancel(reader)
-        part = prefilled.document.part
-        self.parts.reads[(part.first, part.last)] = Message("origin.ahead", seconds=prefilled.prefill_s)
-        del prefilled  # kept in the store, not in memory
-        release_memory()
-        return True
+        source = self.whole
+        return read_ahead(self.engine, self.budget, self.lock, source, self.parts, client=self.client,
+                          current=lambda: not self.closed and self.whole is source, on_ready=on_ready)
 
     # ---- the session's life
 
@@ -399,13 +307,10 @@ class Session:
     def try_evict(self) -> bool:
         """Drop the cache to free memory, unless the session is working right now (then False). The document's
         text is kept and is prefilled again when next asked."""
-        if not self._busy.acquire(blocking=False):
-            return False
-        try:
-            self.prefilled = None
-            return True
-        finally:
-            self._busy.release()
+        with self.lock.idle() as idle:
+            if idle:
+                self.prefilled = None
+            return idle
 
     def _prefill(self, document, *, progress) -> PrefilledDocument:
         """The document's cache: another session's when one holds it (shared), else read now or restored."""
@@ -423,7 +328,7 @@ class Session:
         self.ready_s = time.perf_counter() - started if shared else prefilled.prefill_s
         part = prefilled.document.part
         if part is not None:
-            self.parts.reads[(part.first, part.last)] = cache_origin(self)
+            self.parts.reads[(part.first, part.last)] = Message(f"origin.{self.origin}", seconds=self.ready_s)
         return prefilled
 
     def _prefill_own(self, document, *, progress) -> PrefilledDocument:
@@ -449,42 +354,3 @@ class Session:
             yield
         finally:
             prefilled.turn.release()
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        """One action at a time: a second one is refused, except that reading ahead gives way to a load or a
-        question (which then waits up to YIELD_WAIT_S for it). While any action runs, no session reads ahead."""
-        with FOREGROUND:
-            if not self._busy.acquire(blocking=False):
-                if not self._read_ahead_running:
-                    raise BusyError("busy.session")
-                self._wanted.set()
-                try:
-                    if not self._busy.acquire(timeout=YIELD_WAIT_S):
-                        raise BusyError("busy.session")
-                finally:
-                    self._wanted.clear()
-            try:
-                yield
-            finally:
-                self._busy.release()
-
-
-def cache_origin(session: Session) -> Message:
-    """Where the session's cache came from and what it took, for the status panel: "read now: 15.80 s"..."""
-    return Message(f"origin.{session.origin}", seconds=session.ready_s)
-
-
-def speedup(turn: Turn, read_s: float | None) -> tuple[float, bool]:
-    """How much sooner the first token came than without the cache: (factor, measured?). Measured when the turn
-    was also answered without the cache; else estimated as (read + TTFT) / TTFT, since recomputing the whole
-    prompt costs about reading the document plus the question. `read_s` is what reading the document took when its
-    cache was made (PrefilledDocument.first_read_s), not what restoring it took; None (unknown): (0.0, False)."""
-    ttft = turn.timings.ttft_s
-    if ttft <= 0:
-        return 0.0, False
-    if turn.baseline is not None:
-        return turn.baseline.ttft_s / ttft, True
-    if read_s is None:
-        return 0.0, False
-    return (read_s + ttft) / ttft, False

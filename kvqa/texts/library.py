@@ -468,7 +468,7 @@ TEXTS: dict[str, tuple[str, str]] = {
                           "--pages 只用于单个 PDF；文本（或多个文件）请用 --chars。"),
     "cli.empty_question": ("A question is empty: give each -q some text.", "有一个问题是空的：请给每个 -q 一些文字。"),
 
-    # ---- where a session's cache came from (kvqa.session.session.cache_origin) and what an answer names that the
+    # ---- where a session's cache came from (kvqa.ui.latency.cache_origin) and what an answer names that the
     # document
     # lacks (kvqa.evidence.sources): the CLI and the app both say them
     "origin.prefill": ("read now: {seconds:.2f} s", "刚刚读取：{seconds:.2f} 秒"),

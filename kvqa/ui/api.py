@@ -11,7 +11,8 @@ from kvqa.evidence.sources import source_dict
 from kvqa.export import session_dict
 from kvqa.messages import Message
 from kvqa.session.service import Service
-from kvqa.session.session import Ask, cache_origin
+from kvqa.session.session import Ask
+from kvqa.ui.latency import cache_origin
 from kvqa.ui.loading import owner
 
 

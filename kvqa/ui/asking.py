@@ -14,9 +14,10 @@ from kvqa.documents.reading import Part
 from kvqa.errors import KvqaError, QuestionError
 from kvqa.messages import render, say
 from kvqa.prompt import asked_in_chinese
-from kvqa.session.session import Ask, Session, cache_origin
+from kvqa.session.session import Ask, Session
 from kvqa.ui import unchanged, warn
 from kvqa.ui.answers import chat_messages, waiting_messages
+from kvqa.ui.latency import cache_origin
 from kvqa.ui.page import Page
 from kvqa.ui.panels import Panels, also_button
 from kvqa.ui.tabs import Tab, Tabs, Waiting

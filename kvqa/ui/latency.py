@@ -8,12 +8,32 @@ import statistics
 import threading
 
 from kvqa.documents.parts import part_of
-from kvqa.messages import render, say
-from kvqa.session.session import Session, cache_origin, speedup
+from kvqa.messages import Message, render, say
+from kvqa.session.session import Session, Turn
 
 CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "Microsoft YaHei",
              "PingFang SC", "SimHei")  # fonts with Chinese glyphs the plot may find on a server
 
+
+
+def cache_origin(session: Session) -> Message:
+    """Where the session's cache came from and what it took, for the status panel: "read now: 15.80 s"..."""
+    return Message(f"origin.{session.origin}", seconds=session.ready_s)
+
+
+def speedup(turn: Turn, read_s: float | None) -> tuple[float, bool]:
+    """How much sooner the first token came than without the cache: (factor, measured?). Measured when the turn
+    was also answered without the cache; else estimated as (read + TTFT) / TTFT, since recomputing the whole
+    prompt costs about reading the document plus the question. `read_s` is what reading the document took when its
+    cache was made (PrefilledDocument.first_read_s), not what restoring it took; None (unknown): (0.0, False)."""
+    ttft = turn.timings.ttft_s
+    if ttft <= 0:
+        return 0.0, False
+    if turn.baseline is not None:
+        return turn.baseline.ttft_s / ttft, True
+    if read_s is None:
+        return 0.0, False
+    return (read_s + ttft) / ttft, False
 
 def latency_table(session: Session | None, lang: str = "en") -> dict:
     """Every question against the one prefill, with the column names in `lang`."""

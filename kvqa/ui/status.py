@@ -8,7 +8,8 @@ import gradio as gr
 from kvqa.messages import render, say
 from kvqa.model.presets import language_note
 from kvqa.session.service import Service
-from kvqa.session.session import Session, cache_origin
+from kvqa.session.session import Session
+from kvqa.ui.latency import cache_origin
 from kvqa.ui.page import Page
 
 AHEAD_TICK_S = 2.0  # how often the status refreshes while a long document's parts are read ahead
