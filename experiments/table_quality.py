@@ -6,14 +6,14 @@ two readings: (a) a PDF with ruled tables (fpdf2), read as kvqa reads a PDF with
 kvqa.documents.tables.pdf_tables' text for the pages with a table), and (b) Markdown text (as .docx and .html give).
 Each cell
 (but the row's key) gets a question templated from its row's key and its column ("What is the capital of France?");
-it counts as found when the question's best passage (kvqa.session.ask.Evidence.of: what the engine quotes first, and the
+it counts as found when the question's best passage (kvqa.evidence.routing.Evidence.of: what the engine quotes first, and the
 answer's first source when the answer's words do not reorder them) holds the cell's row whole. For comparison, the PDF
 as pypdf alone reads it (today's reading, no rows to hold): how often the best passage holds the row's key and the
 cell's value. No model runs.
 
-    .venv/bin/python scripts/table_quality.py               # per-document and total figures
-    .venv/bin/python scripts/table_quality.py --json
-    .venv/bin/python scripts/table_quality.py --speed       # pdfplumber's seconds per page
+    .venv/bin/python experiments/table_quality.py               # per-document and total figures
+    .venv/bin/python experiments/table_quality.py --json
+    .venv/bin/python experiments/table_quality.py --speed       # pdfplumber's seconds per page
 
 The data: `fetch` github:datasets/country-codes, github:datasets/population, github:datasets/gdp and
 github:google-deepmind/xquad (or `git clone` them) into --mirror, as <owner>+<name>/repo git folders.
@@ -34,11 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvqa.documents.reading import PAGE_BREAK, Document, document_from_text  # noqa: E402
-from kvqa.documents.tables import markdown_table, pdf_tables  # noqa: E402
-from kvqa.session.ask import Evidence  # noqa: E402
+from kvqa.documents.reading import PAGE_BREAK, Document, document_from_text
+from kvqa.documents.tables import markdown_table, pdf_tables
+from kvqa.evidence.routing import Evidence
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei
 

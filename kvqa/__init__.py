@@ -2,8 +2,8 @@
 
 The public surface: an engine built from the settings (`make_engine(Config())`) prefills documents and streams
 answers; a `Session` holds one user's document, cache and turns; `ask(engine, doc, question)` is a question's one way
-(its evidence found once, the engine's answer, its sources). `prefill`, `stream`, `answer`... do the same on a model
-you loaded yourself.
+(its evidence found once, the engine's answer, its sources). `prefill` and kvqa.api's `stream`, `answer`... do the
+same on a model you loaded yourself.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import importlib
 # Each name of the API and the module it lives in, loaded on first use (PEP 562): `import kvqa` alone loads neither
 # torch nor transformers, so `kvqa ask` can check its arguments and read the document before they load.
 _API = {
+    "kvqa.api": ("answer", "answer_without_cache", "stream", "stream_without_cache"),
     "kvqa.config": ("DEFAULT_MODEL", "Config"),
     "kvqa.documents.reading": ("Document", "document_from_text", "load_document"),
     "kvqa.engines": ("Engine", "EngineInfo", "LocalEngine", "make_engine"),
@@ -21,8 +22,8 @@ _API = {
     "kvqa.generation.generate": ("prefill",),
     "kvqa.model.loading": ("LoadedModel", "load_model"),
     "kvqa.results": ("Answer", "AnswerStream", "PrefilledDocument"),
-    "kvqa.session.ask": ("Evidence", "answer", "answer_without_cache", "ask", "ask_without_cache", "stream",
-                         "stream_without_cache"),
+    "kvqa.evidence.routing": ("Evidence",),
+    "kvqa.session.ask": ("ask", "ask_without_cache"),
     "kvqa.session.session": ("Ask", "Session"),
     "kvqa.timing": ("Timings",),
 }

@@ -98,7 +98,8 @@ ALLOWED = {
     "bench": BASE | {"documents", "evidence", "model", "results", "generation", "cache", "engines", "session"},
     "ui": BASE | {"documents", "evidence", "model", "results", "cache", "engines", "session", "export"},
     "cli": BASE | {"documents", "model", "cache", "engines", "session", "export", "doctor", "bench"},
-    "kvqa": BASE | {"documents", "model", "results", "generation", "engines", "session"},  # the package's own API
+    "kvqa": BASE | {"documents", "model", "results", "generation", "engines", "session"},  # the package's face
+    "api": BASE | {"documents", "model", "results", "engines", "session"},  # the Python API on a model you loaded
     "__main__": {"cli"},
 }
 
@@ -128,9 +129,10 @@ def test_packages_import_only_downward():
 
 
 def test_the_top_level_holds_only_what_every_layer_uses_and_the_doors():
-    """Every other module lives in a package named for its concern."""
+    """Every other module lives in a package named for its concern. The doors: __init__ (the face), __main__ and cli
+    (the command line), api (the Python API); beside them what every layer uses, export and doctor."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(top) <= 12, top
+    assert len(top) <= 13, top
 
 
 def test_only_the_engines_know_about_zerogpu():

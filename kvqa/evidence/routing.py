@@ -1,13 +1,15 @@
-"""A question's part of a long document: the part holding most of the question's best-matching passages (BM25, over
-the whole document), and another part that matches it too, named to the user."""
+"""A question's evidence and its part of a long document. Evidence.of() scores the question against the whole
+document's passages once (BM25: kvqa.evidence.sources.rank); the part it goes to is the part holding most of its
+best-matching passages, and another part that matches it too is named to the user."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
-from kvqa.documents.parts import offsets
+from kvqa.documents.parts import offsets, span_of
 from kvqa.documents.reading import Document
-from kvqa.evidence.sources import Ranking, best_sentence
+from kvqa.evidence.sources import Ranking, best_sentence, rank
 
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
 ROUTE_THRESHOLD = 0.8  # ... of those scoring at least this share of the best (docs/quality.md)
@@ -69,3 +71,27 @@ def also_matching(shares: list[tuple[float, list[float]]], chosen: int) -> int |
                  for i in range(len(shares[0][1]))]
     best = max((i for i in range(len(elsewhere)) if i != chosen), key=lambda i: elsewhere[i], default=None)
     return best if best is not None and elsewhere[best] > 0 and elsewhere[best] >= ALSO_MATCHES * own else None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the document says about one question, found once per answer: the question's BM25 scores over the whole
+    document's passages (one scoring), from which its part, its quotes and its answer's sources are all read."""
+
+    document: Document  # the whole document, as loaded
+    ranking: Ranking
+
+    @classmethod
+    def of(cls, document: Document, question: str) -> Evidence:
+        return cls(document, rank(document.text, question))
+
+    def route(self, parts: Sequence[tuple[int, int, int]], *, current: int = 0,
+              among=None) -> tuple[int, int | None]:
+        """The part the question goes to, and another that matches it too (kvqa.evidence.routing.route)."""
+        return route(self.ranking, self.document, parts, current=current, among=among)
+
+    def within(self, read: Document) -> Ranking:
+        """The ranking over what was read: the whole document, or the part of it that is (offsets into its text)."""
+        if read.text == self.document.text:
+            return self.ranking
+        return self.ranking.within(*span_of(self.document, read), read.text)

@@ -7,8 +7,8 @@ also when it is closed early (Stop, a client gone) or the model fails, so the ne
 document, while answer_from_scratch() is the usual approach, measured for comparison: the whole prompt in one
 forward, decoded through the same decode_n_tokens(), so greedy answers are comparable token for token. Drafting
 (Drafter: prompt lookup) guesses the next tokens from the prompt and the answer so far, and one forward keeps those
-the model itself would have chosen (kvqa.generation.decode holds the decode loop and its parts). This module imports no engine: engines own the
-model and the settings, and call these functions.
+the model itself would have chosen (kvqa.generation.decode holds the decode loop and its parts). This module imports
+no engine: engines own the model and the settings, and call these functions.
 """
 
 from __future__ import annotations

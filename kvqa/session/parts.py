@@ -13,9 +13,9 @@ from typing import NamedTuple
 from kvqa.documents.parts import counted_units, plan, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.errors import DocumentTooLong, QuestionError
+from kvqa.evidence.routing import Evidence
 from kvqa.messages import Message
 from kvqa.results import PrefilledDocument
-from kvqa.session.ask import Evidence
 
 RETRIES = 4  # the part's real prompt may be a few tokens longer than its counted pages: drop a unit and try again
 

@@ -20,12 +20,13 @@ from kvqa.documents.parts import in_characters, notice, part_of, select, unit_na
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
 from kvqa.errors import BusyError, QuestionError
+from kvqa.evidence.routing import Evidence
 from kvqa.evidence.sources import Source
 from kvqa.memory import release_memory
 from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ahead import SessionLock, read_ahead
-from kvqa.session.ask import Evidence, ask, ask_without_cache
+from kvqa.session.ask import ask, ask_without_cache
 from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed, routed_notice
 from kvqa.timing import Timings
 
