@@ -4,23 +4,20 @@ question the first source (ranked by the question, as under each answer) is rend
 passage is found on that page and highlighted there, and nowhere else is a better match. Needs a font with the set's
 characters (a CJK one for Chinese).
 
-    .venv/bin/python scripts/page_check.py --squad 200423_covidQA.json --articles 3
-    .venv/bin/python scripts/page_check.py --squad cmrc2018_trial.json --articles 40
+    .venv/bin/python experiments/page_check.py --squad 200423_covidQA.json --articles 3
+    .venv/bin/python experiments/page_check.py --squad cmrc2018_trial.json --articles 40
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import kvqa  # noqa: E402
-from kvqa.documents.pages import render_page  # noqa: E402
-from kvqa.evidence.sources import find_sources  # noqa: E402
+import kvqa
+from kvqa.documents.pages import render_page
+from kvqa.evidence.sources import rank
 
 FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # Latin and CJK glyphs (fonts-wqy-microhei)
 
@@ -50,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         document = kvqa.load_document(path, config=kvqa.Config.of(max_pdf_pages=10_000))
     shown = found = 0
     for question in questions:
-        sources = find_sources(document.text, "", question, pages=True)
+        sources = rank(document.text, question).sources("", pages=True)
         if not sources:
             continue
         source = sources[0]

@@ -11,21 +11,13 @@ import pytest
 import kvqa
 import kvqa.generation.decode as decode
 from kvqa.documents.reading import combine, document_from_text
-from kvqa.evidence.sources import (
-    CJK_WEIGHT,
-    answer_span,
-    evidence,
-    excerpt,
-    find_sources,
-    passages,
-    quotes,
-    source_dict,
-)
+from kvqa.evidence.sources import CJK_WEIGHT, answer_span, excerpt, passages, source_dict
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.vocabulary import number_tokens
 from kvqa.prompt import question_turn
 from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask, ask_without_cache
+from ranked import evidence, find_sources, quotes
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
            "## The bridge\n\nThe new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. "

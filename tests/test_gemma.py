@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.model.offline import GEMMA3, model_dir
 from kvqa.model.vocabulary import line_end_tokens, number_tokens
 from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
+from ranked import candidates, quotes
 from stock import StockGenerate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,6 @@ import torch
 
 import kvqa
 from conftest import FIXTURES
-from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.messages import render
 from kvqa.model.loading import prepare
@@ -21,6 +20,7 @@ from kvqa.model.presets import PRESETS, Preset, fitting, language_note, preset_f
 from kvqa.prompt import ChatPrompt, question_turn, system_text
 from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
+from ranked import candidates, quotes
 
 PUBLISHED_BILLIONS = {"smollm2-135m": 0.135, "smollm2-360m": 0.362, "qwen2.5-0.5b": 0.494, "qwen3-0.6b": 0.596,
                       "llama-3.2-1b": 1.236, "gemma-3-1b": 1.000, "qwen2.5-1.5b": 1.544, "smollm2-1.7b": 1.711,

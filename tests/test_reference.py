@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import kvqa
-from kvqa.evidence.sources import candidates, quotes
 from kvqa.generation.rerank import passage_order
 from kvqa.model.loading import default_model_dir
 from kvqa.prompt import question_turn, system_text
 from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask
+from ranked import candidates, quotes
 from stock import StockGenerate
 
 NEW_TOKENS = 32

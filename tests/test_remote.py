@@ -37,10 +37,10 @@ from kvqa.errors import (
     EngineUnreachable,
     KvqaError,
 )
-from kvqa.evidence.sources import quotes
 from kvqa.prompt import question_turn
 from kvqa.session.ask import ask, ask_without_cache
 from kvqa.session.session import Session
+from ranked import quotes
 
 ROOT = Path(__file__).parent.parent
 MODEL = "SmolLM2-135M-Instruct"  # the name the server is started with (--alias)

@@ -13,9 +13,9 @@ import torch
 import kvqa
 import kvqa.generation.rerank as rerank
 from kvqa.documents.reading import document_from_text
-from kvqa.evidence.sources import candidates, find_sources, quotes
 from kvqa.results import QuestionTurn
 from kvqa.session.ask import ask, ask_without_cache
+from ranked import candidates, find_sources, quotes
 
 HISTORY = ("The town of Wrenford lies on the River Ashe. It was first recorded in a charter in 1214.\n\n"
            "## The bridge\n\nThe new stone bridge, known ever since as the Seven Arches Bridge, was completed in 1791. "

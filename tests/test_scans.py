@@ -16,7 +16,7 @@ from kvqa.config import Config
 from kvqa.documents import ocr
 from kvqa.documents.pages import render_page
 from kvqa.documents.reading import load_document
-from kvqa.evidence.sources import find_sources
+from ranked import find_sources
 
 pytestmark = pytest.mark.model  # OCR loads its ONNX models (a second) and reads a page in seconds: not test-fast
 

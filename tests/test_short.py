@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 
 from kvqa.evidence.short import mark_short, short_answer
-from kvqa.evidence.sources import find_sources, source_dict
+from kvqa.evidence.sources import source_dict
 from kvqa.export import answer_notes
 from kvqa.results import Answer
 from kvqa.timing import Timings
+from ranked import find_sources
 
 STUDY = ("We enrolled 212 adults at three clinics. The average age of a study participant was 46 years, and 58% were "
          "women. Participants were followed for two years.")

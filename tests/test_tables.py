@@ -12,7 +12,8 @@ import pytest
 import kvqa.documents.tables as tables
 from kvqa.documents.pages import text_context
 from kvqa.documents.tables import markdown_table, pdf_tables
-from kvqa.evidence.sources import find_sources, passages, quotes, rank
+from kvqa.evidence.sources import passages, rank
+from ranked import find_sources, quotes
 
 ORCHARD = [["Fruit", "Trees", "Grower"], ["Apple", "120", "Acme Inc. Farms"], ["Pear", "40", "Pryce & Sons"],
            ["Plum", "12", "Hollow Ltd."]]

@@ -9,7 +9,8 @@ import pytest
 
 import kvqa
 import kvqa.generation.decode as decode
-from kvqa.evidence.sources import find_sources, passages, terms
+from kvqa.evidence.sources import passages, terms
+from ranked import find_sources
 from test_documents import make_pdf
 
 

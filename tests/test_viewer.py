@@ -16,7 +16,7 @@ from fakes import FakeEngine
 from kvqa.cache.budget import CacheBudget
 from kvqa.config import Config
 from kvqa.documents.pages import find, render_page, text_context
-from kvqa.evidence.sources import find_sources
+from ranked import find_sources
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei, which .ci/run installs
 

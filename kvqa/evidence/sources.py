@@ -14,7 +14,7 @@ and a column, and the column's name is only in the header (docs/quality.md, "Rea
 - rank(): the question scored once against the passages (a Ranking), before any answer exists: its best passages
   (quoted in the question's turn, and where a long document's question is routed) and, once answered, the answer's
   sources, ranked by the question first, with the answer's words as a second signal, and in each the sentence that
-  matches best (`mark`). evidence(), quotes() and find_sources() do one of these on a text and a question.
+  matches best (`mark`).
 """
 
 from __future__ import annotations
@@ -280,32 +280,10 @@ class Ranking:
 
 
 def rank(text: str, question: str) -> Ranking:
-    """The question scored against the text's passages: the one BM25 scoring of a question (kvqa.session.ask's
-    Evidence)."""
+    """The question scored against the text's passages: the one BM25 scoring of a question
+    (kvqa.evidence.routing.Evidence)."""
     index = _index(text)
     return Ranking(text, question, tuple(index.spans), _scores(index, question), index, tuple(range(len(index.spans))))
-
-
-def evidence(text: str, question: str, *, limit: int = 1) -> list[tuple[int, int]]:
-    """(start, end) of the `limit` passages that best match the question, best first, leading space and page markers
-    trimmed; fewer (or none) when fewer share a word with it."""
-    return [(start, end) for start, end, _ in rank(text, question).best(limit)]
-
-
-def candidates(text: str, question: str, *, limit: int) -> list[tuple[int, str, float]]:
-    """Ranking.candidates() of the question on the text."""
-    return rank(text, question).candidates(limit)
-
-
-def quotes(text: str, question: str, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
-    """Ranking.quotes() of the question on the text."""
-    return rank(text, question).quotes(n, order, chars=chars)
-
-
-def find_sources(text: str, answer: str, question: str = "", *, pages: bool = False, limit: int = 3,
-                 order: Sequence[int] | None = None) -> list[Source]:
-    """Ranking.sources() of the question on the text."""
-    return rank(text, question).sources(answer, pages=pages, limit=limit, order=order)
 
 
 def excerpt(passage: str, question: str, chars: int) -> str:
