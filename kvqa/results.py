@@ -55,6 +55,7 @@ class Answer:
     short: str = ""  # the shortest phrase of it that answers (kvqa.evidence.short); "" when none stands out
     unsupported: tuple[str, ...] = ()  # numbers and names in the answer that the document lacks (kvqa.evidence.support)
     unquoted: tuple[str, ...] = ()  # numbers in the answer the document has but not the passage its turn quoted
+    quoted: tuple[str, ...] = ()  # the passages its turn quoted (kvqa.config.Decoding.quote_passages), as quoted
     order: tuple[int, ...] | None = None  # the passages as the model reordered them (kvqa.generation.rerank), best
                                           # first; None:
     #                                       BM25's order. The answer's sources follow it

@@ -70,9 +70,10 @@ def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
                 found = ranking.sources(event.text, pages=document.pages is not None, order=event.order,
                                         first_page=part.pages[0] if part is not None and part.pages else 1)
                 short = short_answer(event.text, ranking.question, found)
-                event = replace(event, sources=mark_short(found, short), short=short,
+                quotes = quoted(event.order)
+                event = replace(event, sources=mark_short(found, short), short=short, quoted=tuple(quotes),
                                 unsupported=unsupported(event.text, document.text, ranking.question),
-                                unquoted=unquoted(event.text, quoted(event.order), document.text, ranking.question),
+                                unquoted=unquoted(event.text, quotes, document.text, ranking.question),
                                 timings=replace(event.timings, sources_s=time.perf_counter() - started))
             yield event
     finally:
