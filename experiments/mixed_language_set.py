@@ -25,9 +25,9 @@ in every file.
 the document alone and for each of its questions (the question asked now), with the page in English and in Chinese.
 `report` turns evaluate.py --json outputs into one markdown table (and lists the answers that echo the prompt).
 
-    .venv/bin/python -m scripts.mixed_language_set build --en xquad.en.json --zh xquad.zh.json --out /tmp/mixed
-    .venv/bin/python -m scripts.mixed_language_set route --dir /tmp/mixed --docs 9
-    .venv/bin/python -m scripts.mixed_language_set report /tmp/mixed/run-*.json
+    .venv/bin/python experiments/mixed_language_set.py build --en xquad.en.json --zh xquad.zh.json --out /tmp/mixed
+    .venv/bin/python experiments/mixed_language_set.py route --dir /tmp/mixed --docs 9
+    .venv/bin/python experiments/mixed_language_set.py report /tmp/mixed/run-*.json
 """
 
 from __future__ import annotations
@@ -45,12 +45,12 @@ MIN_CHARS, MAX_CHARS = 2500, 5000  # evaluate.py's --zh-min-chars / --zh-max-cha
 
 
 def size(articles: list[dict]) -> int:
-    """An article group's size as evaluate.py's load_squad counts it."""
+    """An article group's size as kvqa.bench.squad.load_squad (evaluate.py's --squad) counts it."""
     return sum(len(p["context"]) + 2 for a in articles for p in a["paragraphs"]) + 16 * len(articles)
 
 
 def groups(data: list[dict], *, min_chars: int = MIN_CHARS, max_chars: int = MAX_CHARS) -> list[list[int]]:
-    """The article indices of each document evaluate.py's load_squad builds from `data`, in its order (an article of
+    """The article indices of each document load_squad builds from `data`, in its order (an article of
     min..max characters alone; shorter ones joined until the group reaches min; a group that would pass max is
     dropped when short, as there)."""
     out: list[list[int]] = []

@@ -12,7 +12,8 @@ From a clone (or a bare mirror: pass its git dir) of each repository:
 
     git --git-dir=xquad/.git show HEAD:xquad.en.json > /tmp/xquad.en.json
     git --git-dir=cmrc2018/.git show HEAD:squad-style-data/cmrc2018_trial.json > /tmp/cmrc2018_trial.json
-    python scripts/ocr_quality.py --english /tmp/xquad.en.json --chinese /tmp/cmrc2018_trial.json --tesseract
+    .venv/bin/python experiments/ocr_quality.py --english /tmp/xquad.en.json --chinese /tmp/cmrc2018_trial.json \
+        --tesseract
 
 Each page goes through what a scan goes through in kvqa: a paragraph or two is typeset on an A4 page with fpdf2
 (wrapped to the page width, justified, 2 cm margins), the page rasterised with pypdfium2 at 150 dpi in grey, turned
@@ -56,8 +57,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 DPI = 150  # the "scanner's" resolution
 MARGIN = 56.7  # points (2 cm)

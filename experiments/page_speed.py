@@ -1,21 +1,18 @@
 """How long the evidence viewer takes to show a source on its page: a 36-page PDF (the sample's paragraphs, wrapped
 over the pages), each page rendered with its first passage highlighted. Prints the median and the slowest.
 
-    .venv/bin/python scripts/page_speed.py
+    .venv/bin/python experiments/page_speed.py
 """
 
 from __future__ import annotations
 
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import kvqa  # noqa: E402
-from kvqa.documents.pages import render_page  # noqa: E402
-from kvqa.evidence.sources import passages  # noqa: E402
+import kvqa
+from kvqa.documents.pages import render_page
+from kvqa.evidence.sources import passages
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

@@ -7,25 +7,22 @@ first with its part restored from the store (the restore's time, then the answer
 that part in memory: the floor for the same question on the same cache. One model process; greedy; the default
 settings otherwise (the best passage quoted, so the TTFT includes its tokens).
 
-    .venv/bin/python scripts/part_ttft.py --squad 200423_covidQA.json --questions 6
+    .venv/bin/python experiments/part_ttft.py --squad 200423_covidQA.json --questions 6
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvqa.cache.store import KVStore  # noqa: E402
-from kvqa.config import Config  # noqa: E402
-from kvqa.documents.reading import document_from_text  # noqa: E402
-from kvqa.engines.stored import StoredLocalEngine  # noqa: E402
-from kvqa.session.session import Session  # noqa: E402
-from scripts.routing import long_documents  # noqa: E402
+from kvqa.bench.squad import long_documents
+from kvqa.cache.store import KVStore
+from kvqa.config import Config
+from kvqa.documents.reading import document_from_text
+from kvqa.engines.stored import StoredLocalEngine
+from kvqa.session.session import Session
 
 
 def main(argv: list[str] | None = None) -> int:

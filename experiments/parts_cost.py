@@ -7,28 +7,25 @@ Each part is read with the engine's prefill, then the whole document is read onc
 would not be trusted past the context the model was trained on). The two are read in turns, --rounds times, and
 the medians compared. One model process; the local engine, default model and settings.
 
-    .venv/bin/python scripts/parts_cost.py --squad 200423_covidQA.json
+    .venv/bin/python experiments/parts_cost.py --squad 200423_covidQA.json
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvqa.config import Config  # noqa: E402
-from kvqa.documents.parts import select  # noqa: E402
-from kvqa.documents.reading import document_from_text  # noqa: E402
-from kvqa.engines.local import LocalEngine  # noqa: E402
-from kvqa.generation.generate import run_chunks  # noqa: E402
-from kvqa.model.kv_cache import new_cache  # noqa: E402
-from kvqa.prompt import prompt_for  # noqa: E402
-from kvqa.session.session import Session  # noqa: E402
-from scripts.routing import long_documents  # noqa: E402
+from kvqa.bench.squad import long_documents
+from kvqa.config import Config
+from kvqa.documents.parts import select
+from kvqa.documents.reading import document_from_text
+from kvqa.engines.local import LocalEngine
+from kvqa.generation.generate import run_chunks
+from kvqa.model.kv_cache import new_cache
+from kvqa.prompt import prompt_for
+from kvqa.session.session import Session
 
 
 def main(argv: list[str] | None = None) -> int:

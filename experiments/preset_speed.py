@@ -2,7 +2,7 @@
 """How fast each preset reads and answers on this machine: its real architecture with random weights (speed does not
 depend on the weights' values), through kvqa's engine in float32 on the CPU (or --dtype).
 
-    .venv/bin/python scripts/preset_speed.py --tokens 2048 qwen2.5-0.5b smollm2-360m
+    .venv/bin/python experiments/preset_speed.py --tokens 2048 qwen2.5-0.5b smollm2-360m
 
 Per preset: prefill tokens/s, the first token after a 16-token question on the cached document (TTFT), and decode
 tokens/s over 32 new tokens (greedy, no drafting, no end-of-answer token: random weights would stop anywhere).
@@ -14,9 +14,6 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv: list[str] | None = None) -> int:

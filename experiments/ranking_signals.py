@@ -4,7 +4,7 @@ embedding model, or the model's own attention from the question's tokens over th
 fused. No answer is generated: each question's turn (without a quote) is run once on the document's cache to read its
 attention, then the cache is rolled back.
 
-    .venv/bin/python scripts/ranking_signals.py --squad 200423_covidQA.json --lang en --tune 1-20 --held 21-40
+    .venv/bin/python experiments/ranking_signals.py --squad 200423_covidQA.json --lang en --tune 1-20 --held 21-40
 
 Documents and questions are chosen as scripts/evaluate.py chooses them (load_squad, --per-doc). The attention
 signal: for every layer and head, the attention of the question turn's tokens (averaged) summed over each passage's
@@ -23,16 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import evaluate  # noqa: E402
-
-import kvqa  # noqa: E402
-from kvqa.evidence.sources import rank  # noqa: E402
-from kvqa.generation.generate import run_chunks  # noqa: E402
-from kvqa.model import attention  # noqa: E402
+import kvqa
+from kvqa.bench.squad import gold_in, load_squad
+from kvqa.evidence.sources import rank
+from kvqa.generation.generate import run_chunks
+from kvqa.model import attention
 
 
 class Recorder:
@@ -126,7 +121,7 @@ def measure(engine, docs: dict[str, str], questions, names: list[str], recorder:
                 prefilled.cache.rollback(prefilled.tokens)
                 recorder.passage_of = None
             lengths = np.array([b - a for a, b in spans], dtype=np.float32)
-            rows.append({"doc": name, "gold": np.array([evaluate.gold_in(text[a:b], q.facts) for a, b in spans]),
+            rows.append({"doc": name, "gold": np.array([gold_in(text[a:b], q.facts) for a, b in spans]),
                          "bm25": np.asarray(ranking.scores),
                          "attention": np.stack([recorder.layers[i] for i in sorted(recorder.layers)]) / lengths,
                          "dense": vectors @ embed([q.question])[0] if embed else None})
@@ -156,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", default="3,5,10", help="how many of the best heads to sum, comma-separated")
     args = parser.parse_args(argv)
     zh = args.lang == "zh"
-    docs, questions = evaluate.load_squad(args.squad, lang=args.lang, min_chars=2500 if zh else 6000,
-                                          max_chars=5000 if zh else 28000, per_doc=args.per_doc, max_gold_words=5)
+    docs, questions = load_squad(args.squad, lang=args.lang, min_chars=2500 if zh else 6000,
+                                 max_chars=5000 if zh else 28000, per_doc=args.per_doc, max_gold_words=5)
     names = list(docs)
     config = kvqa.config.config_from_env({}, max_new_tokens=64)
     engine = kvqa.make_engine(config.replaced(model="gemma-3-270m") if zh else config)

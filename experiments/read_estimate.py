@@ -2,21 +2,18 @@
 progress (kvqa.timing.ReadCost, as the app does), predict a read of about --long tokens, read it, and compare; then
 the other way round (fit from the long read, predict the short one). Uses the default model (or KVQA_MODEL).
 
-    .venv/bin/python scripts/read_estimate.py --short 2048 --long 7000
+    .venv/bin/python experiments/read_estimate.py --short 2048 --long 7000
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import kvqa  # noqa: E402
-from kvqa.timing import ReadCost  # noqa: E402
+import kvqa
+from kvqa.timing import ReadCost
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 

@@ -2,7 +2,7 @@
 (30 layers' fused q/k/v, o, fused gate/up and down on every row; the tied output layer on the last row, as kvqa asks
 for the last position's logits), random weights, one process.
 
-    .venv/bin/python scripts/weight_products.py [--rows 1,8,16,24,32,80,512]
+    .venv/bin/python experiments/weight_products.py [--rows 1,8,16,24,32,80,512]
 
 Forms: float32 `F.linear`; kvqa.model.weights.Int8Linear on its three paths: the int8 kernel (this machine's choice,
 kvqa.model.kernels.int8_kernel: the decode step's; and torch's `_weight_int8pack_mm`, bfloat16 inputs, beside it), the
@@ -18,16 +18,13 @@ cross, not for a decode step's reading from memory (the bench). docs/performance
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel  # noqa: E402
-from kvqa.model.weights import Int8Linear, Widening, int8_rows  # noqa: E402
+from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
+from kvqa.model.weights import Int8Linear, Widening, int8_rows
 
 LAYERS = 30
 LAYER_SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)]  # (out, in)

@@ -4,7 +4,8 @@ For measuring what an AVX2 CPU runs where only an AVX-512 one is at hand (docs/p
 (the environment variables below, set before torch loads), kvqa's C kernels built with -mno-avx512f (built and kept
 apart from the native ones: the flags are part of a build's key), and int8's long products widened to float32 with a
 bfloat16 cache attended in float32 (no AMX, no AVX-512 bfloat16), as an AVX2 CPU gets. The memory and clocks stay the
-machine's own.
+machine's own. SCRIPT runs in this process (runpy), so its patches hold; it imports kvqa as the venv has it installed
+(`make setup`), like every script here, and nothing from its own folder.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import os
 import runpy
 import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # kvqa, from this checkout
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
@@ -37,7 +36,6 @@ def main() -> None:
     print(f"AVX2 code: torch {torch.backends.cpu.get_cpu_capability()}, {choose_kernel()}, {choose_widening()}",
           flush=True)
     script = Path(sys.argv[1])
-    sys.path.insert(0, str(script.parent))
     sys.argv = sys.argv[1:]
     runpy.run_path(str(script), run_name="__main__")
 

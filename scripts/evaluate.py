@@ -11,7 +11,7 @@ contains one of the question's facts (see fact_in), and *looping* when its token
 
 --squad reads public reading-comprehension data in SQuAD's JSON layout (SQuAD, CMRC 2018, DRCD, COVID-QA): whole
 articles, or several short ones under their titles, become documents of min..max characters, and up to --per-doc
-questions each, spread over the document (docs/quality.md says which files and why).
+questions each, spread over the document (kvqa.bench.squad.load_squad; docs/quality.md says which files and why).
 
 Reported for the whole set, per language (zh when the question has CJK characters, else en) and per document:
 share correct, share looping, mean and median answer time, mean new tokens, the stop reasons, and, when kvqa's
@@ -24,7 +24,6 @@ import argparse
 import json
 import re
 import statistics
-import string
 import sys
 import unicodedata
 from collections import Counter
@@ -33,8 +32,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvqa.bench.squad import Question, exact_match, gold_in, language, load_squad, token_f1
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # `import kvqa` from the checkout, wherever the script is run from
 QUESTIONS = ROOT / "tests" / "data" / "eval" / "questions.jsonl"
 
 LOOP_MIN_SPAN = 4  # tokens in the repeated span
@@ -42,17 +42,6 @@ LOOP_COPIES = 3  # copies of it, back to back
 
 if TYPE_CHECKING:
     import kvqa
-
-
-@dataclass(frozen=True)
-class Question:
-    """One labelled question: its document's file name, the question, the accepted facts and the PDF page."""
-
-    doc: str
-    question: str
-    facts: list[str]
-    page: int | None
-    start: int | None = None  # where the first gold answer starts in its document (public sets)
 
 
 @dataclass(frozen=True)
@@ -144,51 +133,6 @@ def is_looping(token_ids: Sequence[int], *, min_span: int = LOOP_MIN_SPAN, copie
     return False
 
 
-def squad_normalise(text: str) -> str:
-    """SQuAD's answer normalisation (lower case, no punctuation, no a/an/the, single spaces); for CJK text, also no
-    spaces and CJK punctuation removed, as CMRC 2018's evaluation does."""
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(" " if c in string.punctuation or unicodedata.category(c).startswith("P") else c for c in text)
-    text = " ".join(w for w in text.split() if w not in ("a", "an", "the"))
-    return text.replace(" ", "") if language(text) == "zh" else text
-
-
-def gold_in(text: str, golds: Sequence[str]) -> bool:
-    """True when a normalised gold answer occurs in the normalised text (the answer "contains the gold")."""
-    answer = squad_normalise(text)
-    return any(g and g in answer for g in map(squad_normalise, golds))
-
-
-def exact_match(text: str, golds: Sequence[str]) -> bool:
-    """SQuAD's exact match: the normalised answer equals a normalised gold answer."""
-    answer = squad_normalise(text)
-    return any(answer == squad_normalise(g) for g in golds)
-
-
-def _f1_units(text: str) -> list[str]:
-    """Words for English, characters for CJK (CMRC 2018 scores Chinese by character)."""
-    normal = squad_normalise(text)
-    return list(normal) if language(text) == "zh" else normal.split()
-
-
-def token_f1(text: str, golds: Sequence[str]) -> float:
-    """SQuAD's token F1 against the best-matching gold answer."""
-    best = 0.0
-    predicted = _f1_units(text)
-    for gold in golds:
-        truth = _f1_units(gold)
-        common = sum((Counter(predicted) & Counter(truth)).values())
-        if common:
-            precision, recall = common / len(predicted), common / len(truth)
-            best = max(best, 2 * precision * recall / (precision + recall))
-    return best
-
-
-def language(text: str) -> str:
-    """"zh" when the text has a CJK ideograph, else "en"."""
-    return "zh" if any("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) else "en"
-
-
 def load_questions(path: Path) -> list[Question]:
     """Read questions.jsonl: one {"doc", "question", "facts", "page"} object a line (blank lines skipped)."""
     questions = []
@@ -198,69 +142,6 @@ def load_questions(path: Path) -> list[Question]:
             questions.append(Question(doc=row["doc"], question=row["question"], facts=list(row["facts"]),
                                       page=row.get("page")))
     return questions
-
-
-def load_squad(path: Path, *, lang: str, min_chars: int, max_chars: int, per_doc: int,
-               max_gold_words: int | None = None) -> tuple[dict[str, str], list[Question]]:
-    """Documents and questions from a file in SQuAD's layout: each article whose paragraphs together have min..max
-    characters is a document; shorter articles are joined, each under its title, until the next would pass max.
-    Per document, up to per_doc questions, spread evenly over where their answers lie. max_gold_words: keep only
-    questions whose first gold answer has at most this many words (CJK: characters / 2)."""
-    data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    texts: dict[str, str] = {}
-    questions: list[Question] = []
-    group: list[dict] = []
-
-    def words(text: str) -> float:
-        return len(text) / 2 if language(text) == "zh" else len(text.split())
-
-    def emit(articles: list[dict]) -> None:
-        name = f"{path.stem}-{len(texts) + 1:03d}"
-        parts, asked = [], []
-        offset = 0
-        for article in articles:
-            head = f"## {article.get('title', '')}\n\n" if len(articles) > 1 else ""
-            offset += len(head)
-            for para in article["paragraphs"]:
-                context = para["context"].strip("\n")
-                for qa in para["qas"]:
-                    golds = [a["text"] for a in qa.get("answers", []) if a["text"].strip()]
-                    if not golds or qa.get("is_impossible") or not qa["question"].strip():
-                        continue
-                    if max_gold_words is not None and words(golds[0]) > max_gold_words:
-                        continue
-                    at = context.find(golds[0])
-                    asked.append(Question(doc=name, question=qa["question"].strip(), facts=golds, page=None,
-                                          start=offset + max(at, 0)))
-                parts.append(head + context)
-                offset += len(context) + 2
-                head = ""
-        text = "\n\n".join(parts)
-        texts[name] = text
-        asked.sort(key=lambda q: q.start)
-        if len(asked) > per_doc:  # evenly spread: the i-th of per_doc quantiles
-            picks = dict.fromkeys(round(i * (len(asked) - 1) / max(per_doc - 1, 1)) for i in range(per_doc))
-            asked = [asked[i] for i in picks]
-        questions.extend(asked)
-
-    def size(articles: list[dict]) -> int:
-        return sum(len(p["context"]) + 2 for a in articles for p in a["paragraphs"]) + 16 * len(articles)
-
-    for article in data:
-        if min_chars <= size([article]) <= max_chars:
-            emit([article])
-        elif size([article]) < min_chars:
-            if group and size(group + [article]) > max_chars:
-                if size(group) >= min_chars:
-                    emit(group)
-                group = []
-            group.append(article)
-            if size(group) >= min_chars:
-                emit(group)
-                group = []
-    for q in questions:
-        assert language(q.question) == lang or lang == "any", f"{q.question!r} is not {lang}"
-    return texts, questions
 
 
 def score(question: Question, reply: Reply) -> dict[str, Any]:

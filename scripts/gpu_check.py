@@ -6,8 +6,8 @@ eager and with the compiled decode step (torch.compile "reduce-overhead": CUDA g
 capture time; and exactness: cached answers against a recompute of the whole prompt in the same chunks, token for
 token, with the document's cache bit-identical afterwards, in the same precision.
 
-    python scripts/gpu_check.py --out results/            # on a GPU (see scripts/gpu_check.sh)
-    python scripts/gpu_check.py --smoke                   # a tiny model on the CPU: checks the script itself
+    scripts/gpu_check.sh                                  # on a GPU: python3 with kvqa on PYTHONPATH, --out $OUT
+    .venv/bin/python scripts/gpu_check.py --smoke         # a tiny model on the CPU: checks the script itself
 
 Needs kvqa's dependencies except Gradio, and a tokenizer folder (--tokenizer; default: the default model's).
 Prints a summary and writes gpu_check.json to --out.
@@ -23,18 +23,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-import kvqa  # noqa: E402
-from kvqa.bench.memory import read_bandwidth  # noqa: E402
-from kvqa.bench.models import random_init_model  # noqa: E402
-from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, long_text, machine_info, run_bench  # noqa: E402
-from kvqa.bench.store import format_store_table, run_store_bench  # noqa: E402
-from kvqa.model.loading import compiled_decode_step  # noqa: E402
-from kvqa.prompt import prompt_for  # noqa: E402
+import kvqa
+from kvqa.bench.memory import read_bandwidth
+from kvqa.bench.models import random_init_model
+from kvqa.bench.run import QUESTIONS, SAMPLE_DOCUMENT, cut_document, long_text, machine_info, run_bench
+from kvqa.bench.store import format_store_table, run_store_bench
+from kvqa.model.loading import compiled_decode_step
+from kvqa.prompt import prompt_for
 
 TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 49152, "max_position_embeddings": 4096,

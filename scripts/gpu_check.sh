@@ -26,6 +26,8 @@ PYEOF
   echo "$pinned wheel in .gpu/wheels"
   exit 0
 fi
+# that python3 has no venv, so no kvqa installed (make setup's editable install): kvqa comes from this checkout
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if ls .gpu/wheels/*.whl >/dev/null 2>&1; then  # the pinned transformers, in front of the image's own
   site=$(mktemp -d)
   for wheel in .gpu/wheels/*.whl; do python3 -m zipfile -e "$wheel" "$site"; done

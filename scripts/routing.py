@@ -16,63 +16,16 @@ how often the part routed to or the one named holds the answer, is printed too. 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvqa.config import Config  # noqa: E402
-from kvqa.documents.parts import plan, span_text, units  # noqa: E402
-from kvqa.documents.reading import document_from_text  # noqa: E402
-from kvqa.evidence.routing import also_matching, best_part, part_scores, passage_shares  # noqa: E402
-from kvqa.evidence.sources import rank  # noqa: E402
-from kvqa.prompt import system_text  # noqa: E402
-
-
-def gold_offset(context: str, gold: str, labelled: int) -> int:
-    """Where the gold answer lies: its occurrence nearest the labelled start (sets' starts are often off by a
-    character or two; the first occurrence may be another mention of the same words), or -1."""
-    found, at = [], context.find(gold)
-    while at >= 0:
-        found.append(at)
-        at = context.find(gold, at + 1)
-    return min(found, key=lambda a: abs(a - labelled), default=-1)
-
-
-def long_documents(path: Path, count, min_tokens: int, max_docs: int, *,
-                   single: bool = False) -> list[tuple[str, list[tuple[str, int, str]]]]:
-    """(text, [(question, gold offset, gold), ...]) for documents of consecutive articles of at least min_tokens;
-    single: each article alone, the ones of at least min_tokens (one long paper, not several)."""
-    data = json.loads(path.read_text(encoding="utf-8"))["data"]
-    docs, parts, asked, offset, tokens = [], [], [], 0, 0
-    for article in data:
-        head = f"## {article.get('title', '')}\n\n"
-        offset += len(head)
-        body = []
-        for para in article["paragraphs"]:
-            context = para["context"].strip("\n")
-            lead = len(para["context"]) - len(para["context"].lstrip("\n"))
-            for qa in para["qas"]:
-                answers = [a for a in qa.get("answers", []) if a["text"].strip()]
-                if answers and qa["question"].strip():
-                    at = gold_offset(context, answers[0]["text"], answers[0].get("answer_start", 0) - lead)
-                    if at >= 0:
-                        asked.append((qa["question"].strip(), offset + at, answers[0]["text"]))
-            body.append(context)
-            offset += len(context) + 2
-        text = head + "\n\n".join(body)
-        parts.append(text)
-        tokens += count(text)
-        offset = sum(len(p) + 2 for p in parts)
-        if tokens >= min_tokens:
-            docs.append(("\n\n".join(parts), asked))
-            if len(docs) == max_docs:
-                break
-        if tokens >= min_tokens or single:
-            parts, asked, offset, tokens = [], [], 0, 0
-    return docs
+from kvqa.bench.squad import long_documents
+from kvqa.config import Config
+from kvqa.documents.parts import plan, span_text, units
+from kvqa.documents.reading import document_from_text
+from kvqa.evidence.routing import also_matching, best_part, part_scores, passage_shares
+from kvqa.evidence.sources import rank
+from kvqa.prompt import system_text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,10 +42,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from kvqa.model.loading import DEFAULT_MODEL
+    from kvqa.model.loading import default_model_dir
 
     config = Config()
-    folder = args.tokenizer or Path(config.cache_dir) / f"{DEFAULT_MODEL}-f32"  # made by `make setup`
+    folder = args.tokenizer or default_model_dir(config.cache_dir)  # the default model's float32 copy
     tokenizer = AutoTokenizer.from_pretrained(folder)
 
     def count(text: str) -> int:

@@ -17,11 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from evaluate import gold_in  # noqa: E402
+from kvqa.bench.squad import gold_in
 
 
 def replay(rows: list[dict], say, **options) -> list[dict]:

@@ -26,21 +26,18 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvqa.bench.run import SAMPLE_DOCUMENT, cut_document, long_text, parse_contexts  # noqa: E402
-from kvqa.bench.store import drop_from_page_cache  # noqa: E402
-from kvqa.cache.restore import cache_key  # noqa: E402
-from kvqa.cache.store import KVStore, weights_fingerprint  # noqa: E402
-from kvqa.config import config_from_env  # noqa: E402
-from kvqa.engines.zerogpu import StoredDocument, without_tokenizer  # noqa: E402
-from kvqa.generation.generate import prefill  # noqa: E402
-from kvqa.model.loading import load_model  # noqa: E402
-from kvqa.prompt import prompt_for  # noqa: E402
+from kvqa.bench.run import SAMPLE_DOCUMENT, cut_document, long_text, parse_contexts
+from kvqa.bench.store import drop_from_page_cache
+from kvqa.cache.restore import cache_key
+from kvqa.cache.store import KVStore, weights_fingerprint
+from kvqa.config import config_from_env
+from kvqa.engines.zerogpu import StoredDocument, without_tokenizer
+from kvqa.generation.generate import prefill
+from kvqa.model.loading import load_model
+from kvqa.prompt import prompt_for
 
 QUESTION = "What do the signers pledge to each other?"
 

@@ -3,27 +3,16 @@ question's facts are stated in its document, and a PDF question's fact on the pa
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pypdf
 import pytest
 
+from scripts import evaluate
+
 ROOT = Path(__file__).parent.parent
 EVAL = ROOT / "tests" / "data" / "eval"
-
-
-def _load_evaluate():
-    spec = importlib.util.spec_from_file_location("eval_script", ROOT / "scripts" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_script"] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    return module
-
-
-evaluate = _load_evaluate()
 QUESTIONS = evaluate.load_questions(EVAL / "questions.jsonl")
 
 

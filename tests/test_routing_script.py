@@ -1,14 +1,11 @@
-"""scripts/routing.py builds long documents from a file in SQuAD's layout with each gold answer's true position."""
+"""scripts/routing.py's long documents (kvqa.bench.squad.long_documents), built from a file in SQuAD's layout with
+each gold answer's true position."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import routing  # noqa: E402
+from kvqa.bench import squad
 
 
 def test_long_documents_keep_each_gold_answer_at_its_offset(tmp_path):
@@ -18,7 +15,7 @@ def test_long_documents_keep_each_gold_answer_at_its_offset(tmp_path):
             {"question": "Unanswerable?", "answers": []}]} for p in range(3)]} for n in range(7)]
     path = tmp_path / "set.json"
     path.write_text(json.dumps({"data": articles}))
-    docs = routing.long_documents(path, lambda text: len(text.split()), min_tokens=60, max_docs=2)
+    docs = squad.long_documents(path, lambda text: len(text.split()), min_tokens=60, max_docs=2)
     assert len(docs) == 2
     for text, asked in docs:
         assert len(text.split()) >= 60 and asked and all(q != "Unanswerable?" for q, _, _ in asked)
@@ -29,9 +26,9 @@ def test_long_documents_keep_each_gold_answer_at_its_offset(tmp_path):
 def test_the_gold_answer_is_the_mention_nearest_its_labelled_start():
     context = "In 2019 the trial began. It ended in 2019 after 40 weeks, with 2019 patients."
     labelled = context.index("2019 after") - 1  # sets' starts are often a character off
-    assert routing.gold_offset(context, "2019", labelled) == context.index("2019 after")
-    assert routing.gold_offset(context, "2019", 0) == context.index("2019")
-    assert routing.gold_offset(context, "absent", 5) == -1
+    assert squad.gold_offset(context, "2019", labelled) == context.index("2019 after")
+    assert squad.gold_offset(context, "2019", 0) == context.index("2019")
+    assert squad.gold_offset(context, "absent", 5) == -1
 
 
 def test_single_articles_are_documents_of_their_own(tmp_path):
@@ -41,7 +38,7 @@ def test_single_articles_are_documents_of_their_own(tmp_path):
         for title, context in (("Short", "a few words"), ("Long", long), ("Short again", "few"))]
     path = tmp_path / "set.json"
     path.write_text(json.dumps({"data": articles}))
-    docs = routing.long_documents(path, lambda text: len(text.split()), min_tokens=60, max_docs=5, single=True)
+    docs = squad.long_documents(path, lambda text: len(text.split()), min_tokens=60, max_docs=5, single=True)
     assert len(docs) == 1
     text, asked = docs[0]
     assert text.startswith("## Long") and "Short" not in text

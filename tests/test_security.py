@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import sys
 import time
 from pathlib import Path
 
@@ -22,9 +21,7 @@ from kvqa.documents.uploads import NOT_AN_UPLOAD, upload_folder, uploaded_file
 from kvqa.engines import LocalEngine
 from kvqa.model.kv_cache import bytes_per_token
 from kvqa.session.session import Session
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-from load_test import Server  # noqa: E402
+from scripts.load_test import Server
 
 ROOT = Path(__file__).parent.parent
 

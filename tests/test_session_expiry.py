@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import psutil
 from gradio_client import Client
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "scripts"))
-from load_test import Server  # noqa: E402
+from scripts.load_test import Server
 
 SAMPLE = Path(__file__).parent.parent / "assets" / "declaration-of-independence.md"
 TTL = 15  # seconds: a session's time-to-live, shortened (the app's default is an hour)

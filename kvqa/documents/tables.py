@@ -7,7 +7,7 @@ between
 rows, never inside one. Only ruled tables are found (pdfplumber's default "lines" strategy): its "text" strategy
 reads columns of prose as tables. A table needs MIN_ROWS rows and MIN_COLUMNS columns that hold text.
 
-Cost, measured 2026-12-01 on the 2-core AMD EPYC CI machine with others' jobs running (scripts/table_quality.py
+Cost, measured 2026-12-01 on the 2-core AMD EPYC CI machine with others' jobs running (experiments/table_quality.py
 --speed, 20 pages of prose): pdfplumber's find_tables costs 0.12-0.17 s a typical page of prose, 25-35 times pypdf's
 0.005 s for its text, nearly all of it pdfminer parsing the page. So pdf_tables first asks pdfium which pages draw
 any line or shape (under 1 ms a page of prose) and searches only those: a PDF without drawings costs under 1 ms a

@@ -70,7 +70,7 @@ class Widening:
                 + (f", attention in {self.attention_apart}" if self.attention_apart else ""))
 
 
-# Where the int8 kernel stops being the faster one (scripts/weight_products.py, docs/performance.md): float32's
+# Where the int8 kernel stops being the faster one (experiments/weight_products.py, docs/performance.md): float32's
 # product overtakes torch's near 128 rows on AVX2; a bfloat16 product on AMX near 16 (kvqa's kernel near 28 rows; 16
 # kept), and with AVX-512's bfloat16 dot products but no AMX (AMD's Zen 4 and later) near 64. Without bfloat16
 # arithmetic (AVX2), a bfloat16 cache still halves what a decode step reads (kvqa's decode attention widens as it
