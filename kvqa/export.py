@@ -110,7 +110,8 @@ def answer_notes(answer) -> str:
     if answer.unquoted:
         lines.append(f"   {Message('answer.unquoted', items=', '.join(answer.unquoted))}")
     for n, source in enumerate(answer.sources, start=1):
-        where = f"page {source.page}, " if source.page else ""
+        part = f"part {source.part}, " if source.part is not None else ""
+        where = part + (f"page {source.page}, " if source.page else "")
         text = " ".join(source.text.split())
         quoted = text if len(text) <= 160 else text[:159] + "…"
         lines.append(f"   source {n} ({where}characters {source.start:,}-{source.end:,}): “{quoted}”")

@@ -19,25 +19,27 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class QuestionTurn:
-    """A question as an engine receives it (kvqa.session.ask builds it): its text, the earlier turns it follows up on,
-    and the
-    document's passages that best match it (BM25's, found once per answer), which its turn quotes."""
+    """A question as an engine receives it, the turn appended to the document's cache (kvqa.session.ask builds it): its
+    text, the earlier turns it follows up on, and the document's passages that best match it (BM25's, found once per
+    answer), which its turn quotes."""
 
     text: str
     history: tuple[tuple[str, str], ...] = ()  # earlier (question, answer) turns, read after the document
     passages: tuple[tuple[int, str, float], ...] = ()  # (passage number, text, BM25 score), best first
     max_new_tokens: int | None = None  # the answer's limit; None: the document's (PrefilledDocument.max_new_tokens)
+    elsewhere: tuple[tuple[int, str, float], ...] = ()  # passages of a long document outside the part read, quoted
+    #                                                     after the best ones (kvqa.evidence.routing.Evidence.elsewhere)
 
     def quotes(self, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
         """The first n passages' texts, to quote in the question's turn; with `order` (passage numbers, best first,
-        from a reranker: kvqa.generation.rerank), its first n instead. chars > 0: each cut to its sentences that best
-        match the
-        question, at most that long (kvqa.evidence.sources.excerpt)."""
+        from a reranker: kvqa.generation.rerank), its first n instead; then the passages elsewhere. chars > 0: each
+        cut to its sentences that best match the question, at most that long (kvqa.evidence.sources.excerpt)."""
         if n <= 0:
             return []
         texts = {i: text for i, text, _ in self.passages}
         chosen = order[:n] if order else [i for i, _, _ in self.passages[:n]]
-        return [excerpt(texts[i], self.text, chars) for i in chosen]
+        elsewhere = [text for i, text, _ in self.elsewhere if i not in chosen]
+        return [excerpt(text, self.text, chars) for text in [texts[i] for i in chosen] + elsewhere]
 
 
 @dataclass(frozen=True)

@@ -333,11 +333,18 @@ def assert_answered_from_its_part(session: Session, question: str) -> None:
     assert whole.text[start:end] == read.text, "the part read is not where span_of says"
     if len(session.parts) > 1:
         assert (read.part.first, read.part.last) in [(a, b) for a, b, _ in session.parts], "read no planned part"
+    in_parts = len(session.parts) > 1  # then its sources come from every part, offsets into the whole text
+    searched = whole.text if in_parts else read.text
     for source in answer.sources:
-        assert 0 <= source.start <= source.end <= len(read.text), f"source {source.start}-{source.end} outside"
-        assert read.text[source.start: source.end] == source.text
-    if set(terms(question)) & set(terms(read.text)):
-        assert answer.sources, "the part read holds the question's words, yet the answer has no source"
+        assert 0 <= source.start <= source.end <= len(searched), f"source {source.start}-{source.end} outside"
+        assert searched[source.start: source.end] == source.text
+        assert (source.part is not None) == in_parts, "a source of a document in parts names its part, else none"
+        if in_parts:
+            first, last, _ = session.parts[source.part - 1]
+            a, b = offsets(whole, first, last)
+            assert a <= source.start < b, f"source at {source.start} is not in part {source.part} ({a}-{b})"
+    if set(terms(question)) & set(terms(searched)):
+        assert answer.sources, "the document holds the question's words, yet the answer has no source"
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

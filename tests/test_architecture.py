@@ -180,7 +180,8 @@ def test_no_issue_numbers_in_the_code_the_tests_or_the_docs():
     """Why a line is there is said in words: an issue number means nothing to a reader without the tracker."""
     number = re.compile(r"issues? ?#?[0-9]+", re.IGNORECASE)
     files = [ROOT / "README.md", ROOT / "app.py", *PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"),
-             *(ROOT / "scripts").glob("*.py"), *(ROOT / "docs").glob("*.md")]
+             *(ROOT / "scripts").glob("*.py"), *(ROOT / "experiments").glob("*.py"),
+                 *(ROOT / "docs").glob("*.md")]
     assert [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files
             for m in number.finditer(p.read_text(encoding="utf-8"))] == []
 

@@ -312,4 +312,5 @@ def test_a_pdf_page_longer_than_a_part_is_cut_inside_and_sources_keep_their_page
     assert "Warden23q" in session.document.text and part.pages == (2, 2) and part.first > 1
     assert "pages 2-2" not in str(part.name) and "(page 2, from “" in str(part.name)
     assert answer.sources and answer.sources[0].page == 2 and "Warden23q" in answer.sources[0].text
-    assert answer.sources[0].text == session.document.text[answer.sources[0].start: answer.sources[0].end]
+    source = answer.sources[0]  # offsets into the whole document, and the part it lies in: the part read
+    assert source.text == whole.text[source.start: source.end] and source.part == session.part_index + 1

@@ -2,7 +2,8 @@
 HOWTO, PSF licence; a chapter of The Debian Administrator's Handbook in its Chinese translation, with English passages
 left in, CC BY-SA 3.0), each as one long web page and as a Word file without page breaks: one page longer than the
 model reads, cut inside it into parts named by their page and opening words; each question is answered from a part,
-its sources inside that part. The small context makes several parts of each; the real models read them in the CLI."""
+its sources from every part, each naming its part. The small context makes several parts of each; the real models
+read them in the CLI."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def test_one_long_page_is_read_in_parts_cut_inside_it_and_each_question_is_answe
         start, end = span_of(whole, session.document)
         assert session.document.text == whole.text[start:end]
         assert any(gold in session.document.text for gold in q["answers"]), q  # routed to a part that holds it
-        assert answer.sources and all(s.text == session.document.text[s.start: s.end] for s in answer.sources)
+        assert answer.sources and all(s.text == whole.text[s.start: s.end] for s in answer.sources)  # every part's
+        assert all(spans[s.part - 1][0] <= s.start < spans[s.part - 1][1] for s in answer.sources)  # named by its part
         assert session.turns[-1].part == session.document.part
 
 

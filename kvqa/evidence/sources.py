@@ -59,6 +59,7 @@ class Source:
     mark: tuple[int, int] = (0, 0)
     answer: tuple[int, int] | None = None  # where the answer's own words stand in it (answer_span), if they do
     short: tuple[int, int] | None = None  # where the answer's shortest phrase stands in it (kvqa.evidence.short)
+    part: int | None = None  # the part of a long document it lies in (1-based); None: the document is one part
 
     @property
     def marked(self) -> str:
@@ -80,7 +81,7 @@ def source_dict(source: Source) -> dict:
     """A source as JSON: page (PDFs), start and end (character offsets into the document's text), text, and the
     best-matching sentence's offsets (mark_start, mark_end), the answer's own words' in it (answer_start,
     answer_end) and its shortest phrase's (short_start, short_end; each None when not there)."""
-    return {"page": source.page, "start": source.start, "end": source.end, "text": source.text,
+    return {"page": source.page, "part": source.part, "start": source.start, "end": source.end, "text": source.text,
             "mark_start": source.mark[0], "mark_end": source.mark[1],
             "answer_start": source.answer[0] if source.answer else None,
             "answer_end": source.answer[1] if source.answer else None,
@@ -261,6 +262,14 @@ class Ranking:
                                 answer=answer_span(text, start, end, answer, self.question)))
         return found
 
+    def bridged(self, i: int) -> np.ndarray:
+        """The second hop from passage i: each passage's score for the names passage i holds that the question does
+        not (names()): a two-hop question's bridge, as the actress named in the passage about her film leads to the
+        passage about her. Zeros when passage i names nothing new."""
+        asked = set(terms(self.question))
+        new = [name for name in names(self.quoted(i)) if not set(terms(name)) <= asked]
+        return self.scores_for(" ".join(new)) if new else np.zeros(len(self.spans))
+
     def scores_for(self, text: str) -> np.ndarray:
         """Another text's scores over the same passages (an answer's words)."""
         return _scores(self.index, text)[list(self.rows)] if self.rows else np.zeros(0)
@@ -277,6 +286,23 @@ class Ranking:
         rows = [self.rows[i] for i in keep]
         return Ranking(text, self.question, tuple(spans), self.scores[keep] if keep else np.zeros(0), self.index,
                        tuple(rows))
+
+
+_NAME = re.compile(r"[A-Z][\w'’-]*(?:\s+(?:(?:of|the|de|du|la|von|van|der)\s+)*[A-Z][\w'’-]*)*")
+
+
+def names(text: str) -> list[str]:
+    """The names in a text written in Latin letters: runs of capitalised words ("Shirley Temple", "University of
+    Oxford"), a stopword before them ("The", "In" at a sentence's start) left out. Chinese has no capitals: none."""
+    found = []
+    for match in _NAME.finditer(text):
+        words = match.group().split()
+        while words and words[0].lower() in STOPWORDS:
+            words.pop(0)
+        name = " ".join(words)
+        if name and terms(name) and name not in found:
+            found.append(name)
+    return found
 
 
 def rank(text: str, question: str) -> Ranking:

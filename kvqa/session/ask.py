@@ -17,7 +17,6 @@ from kvqa.documents.reading import Document
 from kvqa.engines import Engine
 from kvqa.evidence.routing import Evidence
 from kvqa.evidence.short import mark_short, short_answer
-from kvqa.evidence.sources import Ranking
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.prompt import Prompt
 from kvqa.results import Answer, AnswerStream, PrefilledDocument, QuestionTurn, close_events
@@ -28,11 +27,12 @@ def ask(engine: Engine, doc: PrefilledDocument, question: str, *, history: Seque
         max_new_tokens: int | None = None) -> AnswerStream:
     """Answer from the prefilled document's cache, streaming (the cache is left as it was). history: earlier
     (question, answer) turns the question follows up on. evidence: the question's, when the caller found it already
-    (a long document's routing); else found here, on what was read."""
+    (a long document's routing: its quotes and sources then come from every part); else found here, on what was
+    read."""
     read = doc.document
-    ranking = (evidence or Evidence.of(read, question)).within(read)
-    asked = _question(engine, ranking, question, history, max_new_tokens)
-    return AnswerStream(_with_sources(engine.answer_turn(doc, asked, should_stop=should_stop), ranking, read,
+    evidence = evidence or Evidence.of(read, question)
+    asked = _question(engine, evidence, read, question, history, max_new_tokens)
+    return AnswerStream(_with_sources(engine.answer_turn(doc, asked, should_stop=should_stop), evidence, read,
                                       _quoted(engine, asked)))
 
 
@@ -41,14 +41,20 @@ def ask_without_cache(engine: Engine, document: Document, question: str, *, hist
                       should_stop: Callable[[], bool] | None = None,
                       max_new_tokens: int | None = None) -> AnswerStream:
     """ask(), reading the whole prompt again (the measured baseline), with the same evidence, model and settings."""
-    ranking = (evidence or Evidence.of(document, question)).within(document)
-    asked = _question(engine, ranking, question, history, max_new_tokens)
+    evidence = evidence or Evidence.of(document, question)
+    asked = _question(engine, evidence, document, question, history, max_new_tokens)
     pieces = engine.answer_turn_without_cache(document, asked, prompt=prompt, should_stop=should_stop)
-    return AnswerStream(_with_sources(pieces, ranking, document, _quoted(engine, asked)))
+    return AnswerStream(_with_sources(pieces, evidence, document, _quoted(engine, asked)))
 
 
-def _question(engine: Engine, ranking: Ranking, question: str, history, max_new_tokens) -> QuestionTurn:
-    return QuestionTurn(question, tuple(history), tuple(ranking.candidates(engine.options.passages)), max_new_tokens)
+def _question(engine: Engine, evidence: Evidence, read: Document, question: str, history,
+              max_new_tokens) -> QuestionTurn:
+    """The turn the engine appends: the question's best passages (of every part, when the document is read in parts)
+    and, for a part, the passages elsewhere that its cache cannot see (Evidence.elsewhere)."""
+    ranking, _ = evidence.read_from(read)
+    best = tuple(ranking.candidates(engine.options.passages))
+    elsewhere = evidence.elsewhere(read, chosen={i for i, _, _ in best}) if engine.options.quote_passages else ()
+    return QuestionTurn(question, tuple(history), best, max_new_tokens, elsewhere=elsewhere)
 
 
 def _quoted(engine: Engine, asked: QuestionTurn) -> Callable[[Sequence[int] | None], list[str]]:
@@ -57,11 +63,13 @@ def _quoted(engine: Engine, asked: QuestionTurn) -> Callable[[Sequence[int] | No
     return lambda order: asked.quotes(options.quote_passages, order, chars=options.quote_chars)
 
 
-def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
+def _with_sources(events: AnswerStream, evidence: Evidence, read: Document,
                   quoted: Callable[[Sequence[int] | None], list[str]]) -> Iterator[str | Answer]:
-    """The answer's events, its Answer given the passages it relies on (in the model's order when it reranked them),
-    its shortest phrase (kvqa.evidence.short, marked in them), what it names that the document lacks, and the figures
-    it took from outside the passage its turn quoted."""
+    """The answer's events, its Answer given the passages it relies on (in the model's order when it reranked them;
+    of every part, each naming its part, when the document is read in parts), its shortest phrase
+    (kvqa.evidence.short, marked in them), what it names that the document lacks, and the figures it took from
+    outside the passages its turn quoted."""
+    ranking, document = evidence.read_from(read)
     try:
         for event in events.events():
             if isinstance(event, Answer):
@@ -69,6 +77,8 @@ def _with_sources(events: AnswerStream, ranking: Ranking, document: Document,
                 part = document.part
                 found = ranking.sources(event.text, pages=document.pages is not None, order=event.order,
                                         first_page=part.pages[0] if part is not None and part.pages else 1)
+                if evidence.parts:
+                    found = [replace(s, part=evidence.part_at(s.start, read)) for s in found]
                 short = short_answer(event.text, ranking.question, found)
                 quotes = quoted(event.order)
                 event = replace(event, sources=mark_short(found, short), short=short, quoted=tuple(quotes),

@@ -172,7 +172,8 @@ class Session:
             self._stop.clear()
             self.answering = True
             try:
-                evidence = Evidence.of(self.whole, asked.question)  # scored once: its part, quote, sources
+                parts = () if self.parts.pinned else self.parts.spans  # every part's passages, when in parts
+                evidence = Evidence.of(self.whole, asked.question, parts)  # scored once: its part, quotes, sources
                 if self.recompute:
                     result = yield from self._answer_again(asked.question, evidence)
                 else:

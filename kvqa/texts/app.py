@@ -104,6 +104,7 @@ TEXTS: dict[str, tuple[str, str]] = {
     "answer.after_turns": (" · read after {turns} earlier turns", " · 接在前 {turns} 轮对话之后读取"),
     "answer.sources": ("Sources in the document ({count})", "文档中的出处（{count}）"),
     "answer.page": ("page {page}", "第 {page} 页"),
+    "answer.in_part": ("part {part}", "第 {part} 部分"),
     "evidence.none": ("The sources of your answers will show here, on their page (click an answer to see its own).",
                       "回答的出处会显示在这里，并标出所在页面（点击某个回答可查看它的出处）。"),
     "evidence.page": ("Page {page}, the passage highlighted (rendered in {seconds:.2f} s):",

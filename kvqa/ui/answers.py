@@ -46,6 +46,13 @@ def server_cache_note(t, lang: str = "en") -> str:
     return say("answer.server_cache", lang, cached=t.cached_tokens, prompt=t.prompt_tokens)
 
 
+def source_place(source, lang: str = "en") -> str:
+    """Where a source lies: its page (else its characters), after its part when the document was read in parts."""
+    where = (say("answer.page", lang, page=source.page) if source.page else
+             say("answer.characters", lang, start=source.start + 1, end=source.end))
+    return where if source.part is None else f"{say('answer.in_part', lang, part=source.part)} · {where}"
+
+
 def sources_block(sources, lang: str = "en", unsupported=(), unquoted=()) -> str:
     """Under an answer: what it names that the document lacks, the figures it took from outside the passage quoted to
     the model, its first source shown ("From the document, page
@@ -61,12 +68,13 @@ def sources_block(sources, lang: str = "en", unsupported=(), unquoted=()) -> str
         return block
     first = sources[0]
     where = say("answer.from_page", lang, page=first.page) if first.page else say("answer.from_text", lang)
+    if first.part is not None:
+        colon = where[-1]
+        where = f"{where[:-1]} ({say('answer.in_part', lang, part=first.part)}){colon}"
     block += f"\n\n<blockquote class='evidence'><b>{where}</b> {_marked_quote(first)}</blockquote>"
     items = []
     for source in sources:
-        where = (say("answer.page", lang, page=source.page) if source.page else
-                 say("answer.characters", lang, start=source.start, end=source.end))
-        items.append(f"<li><b>{where}</b>: “{_marked_quote(source)}”</li>")
+        items.append(f"<li><b>{source_place(source, lang)}</b>: “{_marked_quote(source)}”</li>")
     return (block + f"\n\n<details class='sources'><summary>{say('answer.sources', lang, count=len(sources))}"
             f"</summary><ol>{''.join(items)}</ol></details>")
 

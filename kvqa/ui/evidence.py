@@ -13,6 +13,7 @@ from kvqa.messages import say
 from kvqa.session.service import Service
 from kvqa.session.session import Session
 from kvqa.ui import unchanged
+from kvqa.ui.answers import source_place
 from kvqa.ui.page import Page
 
 
@@ -21,9 +22,7 @@ def evidence_choices(session: Session | None, lang: str = "en") -> list[tuple[st
     choices = []
     for t, turn in enumerate(session.conversation() if session else []):
         for n, source in enumerate(turn.sources):
-            where = (say("answer.page", lang, page=source.page) if source.page is not None else
-                     say("answer.characters", lang, start=source.start + 1, end=source.end))
-            choices.append((f"Q{t + 1} · {n + 1}. {where} · {turn.question[:40]}", f"{t}:{n}"))
+            choices.append((f"Q{t + 1} · {n + 1}. {source_place(source, lang)} · {turn.question[:40]}", f"{t}:{n}"))
     return choices
 
 
@@ -59,8 +58,9 @@ class EvidenceView:
                            page=source.page, seconds=shown.seconds)
             except ValueError as e:
                 note = say("evidence.no_render", lang, page=source.page, why=str(e))
-        read = select(session.whole, turn.part.first, turn.part.last) if turn.part else session.whole
-        # offsets into what was read
+        # offsets into the whole document (a source of a document read in parts), else into what was read
+        whole = source.part is not None or not turn.part
+        read = session.whole if whole else select(session.whole, turn.part.first, turn.part.last)
         context = text_context(read.text, source.start, source.end, source.mark, answer=source.bold,
                                short=source.short is not None)
         return {self.page.evidence_pick: gr.update(choices=choices, value=pick),
