@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kvqa.documents.reading import Document
+from kvqa.errors import BusyError
 from kvqa.evidence.sources import Source, excerpt
 
 from .prompt import Prompt
@@ -150,6 +152,18 @@ class PrefilledDocument:
     read_s: float | None = None  # a restored cache: what reading the document took when it was made (None: unknown)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     turn: threading.Lock = field(default_factory=threading.Lock, repr=False)  # sessions sharing it take turns
+
+    @contextmanager
+    def taken(self, *, should_stop: Callable[[], bool]) -> Iterator[None]:
+        """This cache's turn: wait while another session that shares it answers on it (should_stop() ends the wait
+        with BusyError)."""
+        while not self.turn.acquire(timeout=0.05):
+            if should_stop():
+                raise BusyError("busy.stopped_before")
+        try:
+            yield
+        finally:
+            self.turn.release()
 
     @property
     def read_line(self) -> str:

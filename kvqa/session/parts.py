@@ -128,6 +128,14 @@ class Parts:
         """Whether the part starting at unit `first` was read (or restored) for this document."""
         return any(a == first for a, _ in self.reads)
 
+    def ready_indexes(self, in_memory: int | None, *, stored: bool) -> set[int]:
+        """The parts a question can have without reading one: the part in memory (its index, or None) and, with an
+        engine that keeps caches (stored), those read or restored here before, which its store holds."""
+        ready = {in_memory} if in_memory is not None else set()
+        if stored:
+            ready |= {i for i, (first, _, _) in enumerate(self.spans) if self.has(first)}
+        return ready
+
     @property
     def ready(self) -> int:
         """How many parts were read (or restored) here: in memory, or in the store."""

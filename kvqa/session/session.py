@@ -6,12 +6,11 @@ UI. Every failed action raises a KvqaError and leaves the session's document, ca
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget
@@ -19,7 +18,7 @@ from kvqa.cache.shared import SharedCaches
 from kvqa.documents.parts import in_characters, notice, part_of, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
-from kvqa.errors import BusyError, QuestionError
+from kvqa.errors import QuestionError
 from kvqa.evidence.routing import Evidence
 from kvqa.evidence.sources import Source
 from kvqa.memory import release_memory
@@ -27,6 +26,7 @@ from kvqa.messages import Message
 from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ahead import SessionLock, read_ahead
 from kvqa.session.ask import ask, ask_without_cache
+from kvqa.session.caches import cache_for, fingerprint
 from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed, routed_notice
 from kvqa.timing import Timings
 
@@ -68,11 +68,6 @@ class Turn:
     @property
     def stopped(self) -> bool:
         return self.stop_reason == "stopped"
-
-
-def fingerprint(engine: Engine, document: Document) -> str:
-    """Same text with the same model means the same cache: no second prefill."""
-    return hashlib.sha256(f"{engine.info.model}\0{document.text}".encode()).hexdigest()
 
 
 class Session:
@@ -174,29 +169,44 @@ class Session:
             try:
                 parts = () if self.parts.pinned else self.parts.spans  # every part's passages, when in parts
                 evidence = Evidence.of(self.whole, asked.question, parts)  # scored once: its part, quotes, sources
-                if self.recompute:
-                    result = yield from self._answer_again(asked.question, evidence)
-                else:
-                    result = yield from self._answer(asked, evidence)
+                result = yield from self._answer(asked, evidence)
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
-    def _answer_again(self, question: str, evidence: Evidence) -> Generator[str, None, Answer]:
-        """Answer by reading the whole prompt again (recompute), record the turn; returns the Answer."""
-        with ask_without_cache(self.engine, self.document, question, evidence=evidence,
-                               should_stop=self._stop.is_set) as pieces:
-            yield from pieces
+    def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
+        """Answer from the cache (rebuilt, or another part read, first when needed), or by reading the whole prompt
+        again (recompute); record the turn; returns the Answer."""
+        question, history, stop = asked.question, [], self._stop.is_set
+        if self.recompute:
+            self._also, turn = None, nullcontext()
+            answer = lambda: ask_without_cache(self.engine, self.document, question, evidence=evidence,  # noqa: E731
+                                               should_stop=stop)
+        else:
+            self._ready_for(asked, evidence)
+            if asked.remember and (history := self.history()):
+                keep = self.engine.remembered(self.prefilled, history, question)
+                history = history[len(history) - keep:] if keep else []  # the latest turns that fit the room
+            turn = self.prefilled.taken(should_stop=stop)  # another session sharing this cache may be answering
+            answer = lambda: ask(self.engine, self.prefilled, question, history=history,  # noqa: E731
+                                 evidence=evidence, should_stop=stop)
+        with turn, answer() as pieces:
+            yield from pieces  # closing this generator closes the answer: the cache rolls back now
             result = pieces.answer
-        self.turns.append(Turn(question, result.text, result.timings, stop_reason=result.stop_reason,
-                               sources=result.sources, short=result.short, unsupported=result.unsupported,
-                               unquoted=result.unquoted, part=self.document.part))
+        measured, same = None, None
+        if asked.baseline and not self.recompute and result.stop_reason != "stopped":
+            recomputed = ask_without_cache(self.engine, self.document, question, history=history,
+                                           evidence=evidence, prompt=self.prefilled.prompt).answer
+            measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
+        self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
+                               stop_reason=result.stop_reason, sources=result.sources, short=result.short,
+                               follows=len(history), unsupported=result.unsupported, unquoted=result.unquoted,
+                               part=self.document.part, also=self._also))
         return result
 
-    def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
-        """Answer from the cache (rebuilt, or another part read, first when needed), record the turn; returns the
-        Answer."""
-        question = asked.question
+    def _ready_for(self, asked: Ask, evidence: Evidence) -> None:
+        """The cache the question is answered from: the part it is routed to (read or restored when it is not the one
+        read), and the cache rebuilt when it was evicted; asked.on_part or asked.on_rebuild says which happened."""
         evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
         if evicted:
             self.prefilled = None
@@ -207,24 +217,6 @@ class Session:
             asked.on_part(self.prefilled)
         elif evicted and asked.on_rebuild is not None:
             asked.on_rebuild(self.prefilled)
-        history = self.history() if asked.remember else []
-        keep = self.engine.remembered(self.prefilled, history, question) if history else 0
-        history = history[len(history) - keep:]  # the latest turns that fit in the room kept for a question
-        with self._turn(self.prefilled), ask(self.engine, self.prefilled, question, history=history,
-                                             evidence=evidence, should_stop=self._stop.is_set) as pieces:
-            yield from pieces  # closing this generator closes the answer: the cache rolls back now
-            result = pieces.answer
-        measured, same = None, None
-        if asked.baseline and result.stop_reason != "stopped":
-            recomputed = ask_without_cache(self.engine, self.document, question, history=history,
-                                           evidence=evidence, prompt=self.prefilled.prompt).answer
-            measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
-        self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
-                               stop_reason=result.stop_reason, sources=result.sources, short=result.short,
-                               follows=len(history),
-                               unsupported=result.unsupported, unquoted=result.unquoted, part=self.document.part,
-                               also=self._also))
-        return result
 
     # ---- a long document's parts: the one a question goes to, and the others read ahead
 
@@ -242,7 +234,9 @@ class Session:
         if len(self.parts) < 2 or (index is None and self.parts.pinned):
             return False
         current = self.part_index
-        ready = self._ready_parts() if asked.ready_only and index is None else set()
+        ready = (self.parts.ready_indexes(current if self.prefilled is not None else None,
+                                          stored=self.engine.info.keeps_caches)
+                 if asked.ready_only and index is None else set())
         route = routed(evidence, self.parts, current=current, asked=index, ready=ready)
         switched = route.target != current or self.prefilled is None
         if switched:
@@ -265,14 +259,6 @@ class Session:
         turns = self.conversation()
         also = turns[-1].also if turns else None
         return self.parts.index_of(also.first, also.last) if also else None
-
-    def _ready_parts(self) -> set[int]:
-        """The parts a question can have without reading one: the part in memory, and (an engine that keeps caches)
-        those read or restored here before, which its store holds."""
-        ready = {self.part_index} if self.prefilled is not None else set()
-        if self.engine.info.keeps_caches:
-            ready |= {i for i, (first, _, _) in enumerate(self.parts) if self.parts.has(first)}
-        return ready
 
     @property
     def can_read_ahead(self) -> bool:
@@ -317,13 +303,8 @@ class Session:
     def _prefill(self, document, *, progress) -> PrefilledDocument:
         """The document's cache: another session's when one holds it (shared), else read now or restored."""
         started = time.perf_counter()
-        if self.shared is None:
-            prefilled, shared = self._prefill_own(document, progress=progress), False
-        else:
-            key = fingerprint(self.engine, document)
-            prefilled, shared = self.shared.get_or_load(key, lambda: self._prefill_own(document, progress=progress))
-            if shared and self.budget is not None:
-                self.budget.add(prefilled.cache_bytes, self, cache=key)
+        prefilled, shared = cache_for(self.engine, document, owner=self, budget=self.budget, shared=self.shared,
+                                      progress=progress)
         kept = shared and prefilled in self._read  # a part this session read before, still in memory
         self._read.add(prefilled)
         self.origin = "kept" if kept else "memory" if shared else prefilled.origin
@@ -332,27 +313,3 @@ class Session:
         if part is not None:
             self.parts.reads[(part.first, part.last)] = Message(f"origin.{self.origin}", seconds=self.ready_s)
         return prefilled
-
-    def _prefill_own(self, document, *, progress) -> PrefilledDocument:
-        admit = (lambda nbytes: self.budget.admit(nbytes, self)) if self.budget is not None else None
-        try:
-            prefilled = self.engine.prefill(document, progress=progress, admit=admit)
-        except BaseException:
-            if self.budget is not None:
-                self.budget.cancel(self)
-            raise
-        if self.budget is not None:
-            self.budget.add(prefilled.cache_bytes, self,
-                            cache=fingerprint(self.engine, document) if self.shared is not None else None)
-        return prefilled
-
-    @contextmanager
-    def _turn(self, prefilled: PrefilledDocument) -> Iterator[None]:
-        """Wait while another session that shares this document's cache answers on it (Stop ends the wait)."""
-        while not prefilled.turn.acquire(timeout=0.05):
-            if self._stop.is_set():
-                raise BusyError("busy.stopped_before")
-        try:
-            yield
-        finally:
-            prefilled.turn.release()
