@@ -1,11 +1,13 @@
 """People's own documents in a real browser (Debian's chromium), in English and Chinese: a long Word file without page
 breaks and a long web page (tests/data/public) are each read in parts cut inside their one page, the part named by its
 page and opening words; a Chinese question on a page holding Chinese and English is answered by the model that reads
-Chinese, the switch and its reason shown; no output ever in Gradio's error state. Fake engines at the seam (the page,
+Chinese, the switch and its reason shown; a question on a document in parts shows which part each source of its
+answer lies in; no output ever in Gradio's error state. Fake engines at the seam (the page,
 not the models, is under test; tests/test_public_documents.py reads the same files with the real ones)."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -104,6 +106,25 @@ def test_long_word_and_web_pages_are_read_in_parts_and_a_chinese_question_gets_t
             status(page, said["switch"])
         assert gemma.prefills == 1  # the document read once by the model that reads the question
         expect(page.locator("#model select, #model input").first).to_have_value("gemma-3-270m")
+        no_errors(page)
+    finally:
+        context.close()
+
+
+def test_the_sources_of_an_answer_on_a_document_in_parts_say_which_part_each_lies_in(two_models, browser):  # noqa: F811
+    url, _ = two_models
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1200})
+    page = context.new_page()
+    try:
+        page.goto(url)
+        upload(page, PUBLIC / "en-long.html", first=True)
+        status(page, "en-long.html", SAID["en"]["parts"])
+        ask(page, "What is the default logging level?")
+        bot = page.locator('[data-testid="bot"]').last
+        bot.locator("blockquote.evidence").get_by_text(re.compile(r"\(part \d+\):")).wait_for(timeout=120_000)
+        bot.locator("details.sources summary").click()
+        places = bot.locator("details.sources li b").all_text_contents()
+        assert places and all(re.fullmatch(r"part \d+ · (page \d+|characters [\d,]+-[\d,]+)", p) for p in places), places
         no_errors(page)
     finally:
         context.close()
