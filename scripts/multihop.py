@@ -30,17 +30,20 @@ first. For each of the first --questions questions the script records:
 It prints one line per question, then the summary (all, per type, and split by whether both gold paragraphs lie in one
 part), and --json writes settings, document, rows and summary.
 
-Data (not in git; HotpotQA is CC BY-SA 4.0): the 500 questions of HotpotQA's dev set (distractor setting, all of
-level "hard") that the AMOR repository vendors, github.com/JianGuanTHU/AMOR at commit
-f950e63dd4ad5ab50f85864aefb25a08fe5c71af, file data/hotpotqa/test.json (JSON lines, HotpotQA's own fields;
-sha256 d2d566c667d789508aa3511d89cfcc3480fc9d62e556a09331be9376be42c075). HotpotQA's train file could not be had here;
-nothing in kvqa was tuned on this set. Any file in HotpotQA's layout (a JSON list or JSON lines; the Hugging Face
-layout with context/supporting_facts as dicts of lists too) or 2WikiMultihopQA's works:
+Data (not in git; HotpotQA is CC BY-SA 4.0): 500 questions drawn at random from HotpotQA's dev set, distractor
+setting (2 gold paragraphs and 8 distractors each, all of level "hard"), as the megagonlabs/RPT repository's first
+commit vendors them: github.com/megagonlabs/RPT at commit cf2bc1b1b4edd0318b84179e732ec476c4e20a6e, file
+data/hotpotqa/test.jsonl (Hugging Face's layout; sha256
+3ab48ee61e64301dff1efbb956ca5ebdfcd1569a2e9d7381fd882e070badfb2a). HotpotQA's train file could not be had here;
+nothing in kvqa was tuned on this set. Any file in HotpotQA's layout (a JSON list or JSON lines, HotpotQA's own or
+Hugging Face's) or 2WikiMultihopQA's works; a question whose context lacks a gold paragraph (the fullwiki setting) is
+left out. The figures were made with:
 
-    git --git-dir=<AMOR clone>/.git show f950e63dd4ad:data/hotpotqa/test.json > hotpot_dev_amor500.jsonl
-    .venv/bin/python scripts/multihop.py --data hotpot_dev_amor500.jsonl --tokens 25000 --json multihop-25k.json
-    .venv/bin/python scripts/multihop.py --data hotpot_dev_amor500.jsonl --tokens 75000 --questions 24 \\
-        --json multihop-75k.json
+    git --git-dir=<RPT clone>/.git show cf2bc1b:data/hotpotqa/test.jsonl > hotpot_dev_distractor_rpt500.jsonl
+    .venv/bin/python scripts/multihop.py --data hotpot_dev_distractor_rpt500.jsonl --tokens 25000 --json 25k-0.json
+    .venv/bin/python scripts/multihop.py --data hotpot_dev_distractor_rpt500.jsonl --tokens 25000 --start 20 \\
+        --json 25k-20.json   # the next questions: another document (--start 40 a third)
+    .venv/bin/python scripts/multihop.py --data hotpot_dev_distractor_rpt500.jsonl --tokens 75000 --json 75k.json
 
 --dry-run builds the document and says where each question's gold paragraphs lie and where each question would be
 routed (the tokenizer only, no answers).
@@ -286,9 +289,12 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog="Where the data comes from and the commands that made the figures: "
                                             "this script's docstring (python -m pydoc scripts/multihop.py).")
     parser.add_argument("--data", type=Path, required=True,
-                        help="a multi-hop set in HotpotQA's layout (JSON list or JSON lines), e.g. HotpotQA's dev "
-                             "questions from github.com/JianGuanTHU/AMOR data/hotpotqa/test.json")
+                        help="a multi-hop set in HotpotQA's layout (JSON list or JSON lines), e.g. 500 of HotpotQA's "
+                             "dev questions (distractor setting) from github.com/megagonlabs/RPT at commit cf2bc1b, "
+                             "data/hotpotqa/test.jsonl")
     parser.add_argument("--tokens", type=int, default=25_000, help="the document's size in the model's tokens")
+    parser.add_argument("--start", type=int, default=0,
+                        help="begin at the file's question number N (0-based): another document from the same file")
     parser.add_argument("--questions", type=int, default=None,
                         help="ask only the first N of the questions laid out (default: all of them)")
     parser.add_argument("--order", choices=("shuffled", "file"), default="shuffled",
@@ -322,13 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     config = Config().replaced(store_dir=args.store, **settings)
     engine = make_engine(config, store=store_for(config))
     info = engine.load()
-    built = build_document(items, engine.count_tokens, args.tokens, order=args.order, seed=args.seed,
+    built = build_document(items[args.start:], engine.count_tokens, args.tokens, order=args.order, seed=args.seed,
                            skip_yes_no=not args.keep_yes_no)
-    document = document_from_text(built.text, name=f"{args.data.stem}-{args.tokens // 1000}k")
+    document = document_from_text(built.text, name=f"{args.data.stem}-{args.start}-{args.tokens // 1000}k")
     assert document.text == built.text
     asked = built.items[:args.questions]
     doc_tokens = engine.count_tokens(built.text)
-    meta = {"data": str(args.data), "questions_in_file": len(items), "tokens_asked": args.tokens,
+    meta = {"data": str(args.data), "questions_in_file": len(items), "start": args.start, "tokens_asked": args.tokens,
             "order": args.order, "seed": args.seed, "yes_no_left_out": not args.keep_yes_no,
             "model": info.model, "device": info.device, "precision": info.precision,
             "max_new_tokens": config.limits.max_new_tokens, "quote_passages": config.decoding.quote_passages,
