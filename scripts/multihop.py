@@ -265,7 +265,19 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "median_ttft_s": statistics.median(r["ttft_s"] for r in rows),
             "median_answer_s": statistics.median(r["answer_s"] for r in rows),
             "median_wall_s": statistics.median(r["wall_s"] for r in rows), "reads": reads,
-            "median_load_average": statistics.median(r.get("load_average", -1.0) for r in rows)}
+            "median_load_average": statistics.median(r.get("load_average", -1.0) for r in rows),
+            "missed": missed(rows)}
+
+
+def missed(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Why a gold paragraph did not reach the model, over the questions where one did not: routed to a part holding
+    neither gold paragraph, or the other paragraph lies in another part and was not quoted."""
+    failed = [r for r in rows if not r["both_in_cache_or_quote"]]
+    neither = sum(not any(g["in_cache"] for g in r["gold"]) for r in failed)
+    return {"questions": len(failed), "part read holds neither": neither,
+            "other paragraph in another part, not quoted": len(failed) - neither,
+            "of those, in the sources after the answer": sum(
+                any(g["in_sources"] and not (g["in_cache"] or g["in_quote"]) for g in r["gold"]) for r in failed)}
 
 
 HEADER = (f"{'':<24} {'n':>3} {'both':>5} {'one':>5} {'cache':>6} {'c+q':>5} {'same':>5} {'ok':>5} {'em':>4} "
@@ -283,12 +295,40 @@ def summary_line(name: str, s: dict[str, Any]) -> str:
             f"{s['median_answer_s']:>6.2f} {reads}")
 
 
+def summary_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """summarise() over all rows, per question type, and split by whether both gold paragraphs lie in one part."""
+    return {"all": summarise(rows),
+            "by_type": {t: summarise([r for r in rows if r["type"] == t])
+                        for t in dict.fromkeys(r["type"] for r in rows)},
+            "same_part": summarise([r for r in rows if r["same_part"]]),
+            "different_parts": summarise([r for r in rows if not r["same_part"]])}
+
+
+def table(summary: dict[str, Any]) -> list[str]:
+    """The summary as lines: a legend, a header, all, each type, one part / two parts, and the failures."""
+    s = summary["all"]
+    lines = ["both/one: both / at least one gold paragraph reached the answer (the part read, its quotes or its "
+             "sources); cache: both in the part read; c+q: both in the cache or the quotes (what the model read); "
+             "same: both gold paragraphs in one part; ok: the gold answer in the answer; reads: a part read now "
+             "(prefill) or restored (disk) first", HEADER, summary_line("all", s)]
+    lines += [summary_line(f"type {t}", part) for t, part in summary["by_type"].items()]
+    lines += [summary_line("gold in one part", summary["same_part"]),
+              summary_line("gold in two parts", summary["different_parts"])]
+    if s["questions"]:
+        lines.append(f"correct when both reached {s['correct_when_both']:.0%}, when not "
+                     f"{s['correct_when_not_both']:.0%}; gold paragraphs quoted {s['gold_para_in_quote']:.0%}")
+        lines.append(f"questions where a gold paragraph did not reach the model (cache or quote): {s['missed']}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Where the data comes from and the commands that made the figures: "
                                             "this script's docstring (python -m pydoc scripts/multihop.py).")
-    parser.add_argument("--data", type=Path, required=True,
+    parser.add_argument("--summarise", type=Path, nargs="+", default=None, metavar="JSON",
+                        help="print the summary of the rows of these --json files together (no model), and stop")
+    parser.add_argument("--data", type=Path,
                         help="a multi-hop set in HotpotQA's layout (JSON list or JSON lines), e.g. 500 of HotpotQA's "
                              "dev questions (distractor setting) from github.com/megagonlabs/RPT at commit cf2bc1b, "
                              "data/hotpotqa/test.jsonl")
@@ -309,6 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write settings, document, rows and summary here")
     parser.add_argument("--note", default="", help="free text kept in the JSON's settings (e.g. the commit run)")
     args = parser.parse_args(argv)
+    if args.summarise:
+        runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.summarise]
+        for path, run in zip(args.summarise, runs):
+            m, d = run["settings"], run["document"]
+            print(f"# {path.name}: {d['tokens']:,} tokens in {len(d['parts'])} parts, {len(run['rows'])} questions, "
+                  f"{m['note'] or m['commit']}, {m['date']}")
+        print("\n".join(table(summary_of([r for run in runs for r in run["rows"]]))))
+        return 0
+    if args.data is None:
+        parser.error("give --data (or --summarise)")
 
     import kvqa
     from kvqa.cache.store import store_for
@@ -437,26 +487,11 @@ def main(argv: list[str] | None = None) -> int:
                                               > 0 for r in rows) / n}
         print(f"\n{result['summary']}")
     else:
-        by_type = {t: summarise([r for r in rows if r["type"] == t]) for t in dict.fromkeys(r["type"] for r in rows)}
-        result["summary"] = {"all": summarise(rows), "by_type": by_type,
-                             "same_part": summarise([r for r in rows if r["same_part"]]),
-                             "different_parts": summarise([r for r in rows if not r["same_part"]])}
-        s = result["summary"]
+        result["summary"] = summary_of(rows)
         print(f"\n{meta['model']} ({meta['precision']}, {meta['device']}), {doc_tokens:,}-token document in "
               f"{len(spans)} parts, max new tokens {meta['max_new_tokens']}, {meta['date']}, {meta['machine']}, "
               f"commit {meta['commit']}")
-        print("both/one: both / at least one gold paragraph reached the answer (cache, quote or sources); cache: "
-              "both in the part read; c+q: both in the cache or the quotes; same: both gold paragraphs in one part; "
-              "ok: gold answer in the answer; reads: the question needed a part read now (prefill) or restored (disk)")
-        print(HEADER)
-        print(summary_line("all", s["all"]))
-        for t, part in by_type.items():
-            print(summary_line(f"type {t}", part))
-        print(summary_line("gold in one part", s["same_part"]))
-        print(summary_line("gold in two parts", s["different_parts"]))
-        print(f"correct when both reached {s['all']['correct_when_both']:.0%}, when not "
-              f"{s['all']['correct_when_not_both']:.0%}; gold paragraphs quoted "
-              f"{s['all']['gold_para_in_quote']:.0%}")
+        print("\n".join(table(result["summary"])))
     total_s = time.perf_counter() - started
     result["settings"]["run_s"] = round(total_s, 1)
     print(f"# ran {total_s / 60:.1f} min", flush=True)

@@ -113,3 +113,28 @@ def test_parts_holding_a_paragraph():
     assert multihop.parts_holding(95, 99, spans) == [1, 2]
     assert multihop.parts_holding(120, 195, spans) == [2]
     assert multihop.parts_holding(150, 250, spans) == []  # across a boundary: in no part whole
+
+
+def _result(both_cache: bool, quoted: bool, neither: bool = False, **extra) -> dict:
+    gold = [{"in_cache": not neither, "in_quote": False, "in_sources": False},
+            {"in_cache": both_cache, "in_quote": quoted, "in_sources": True}]
+    for g in gold:
+        g["reached"] = g["in_cache"] or g["in_quote"] or g["in_sources"]
+    row = {"type": "bridge", "gold": gold, "same_part": both_cache, "correct": quoted, "exact": False, "f1": 0.5,
+           "ttft_s": 1.0, "answer_s": 2.0, "wall_s": 2.0, "read": "disk", "read_s": 0.1,
+           "both_reached": all(g["reached"] for g in gold), "one_reached": True,
+           "both_in_cache": all(g["in_cache"] for g in gold),
+           "both_in_cache_or_quote": all(g["in_cache"] or g["in_quote"] for g in gold)}
+    return row | extra
+
+
+def test_the_summary_says_why_a_gold_paragraph_did_not_reach_the_model():
+    rows = [_result(True, False), _result(False, True), _result(False, False), _result(False, False, neither=True)]
+    summary = multihop.summary_of(rows)
+    s = summary["all"]
+    assert (s["questions"], s["both_in_cache"], s["both_in_cache_or_quote"], s["both_reached"]) == (4, 0.25, 0.5, 0.75)
+    assert s["missed"] == {"questions": 2, "part read holds neither": 1,
+                           "other paragraph in another part, not quoted": 1,
+                           "of those, in the sources after the answer": 2}
+    assert summary["same_part"]["questions"] == 1 and summary["different_parts"]["questions"] == 3
+    assert any(line.startswith("all") for line in multihop.table(summary))
