@@ -302,6 +302,9 @@ TEXTS: dict[str, tuple[str, str]] = {
     "model.layout_unknown": ("its cache layout is unknown to kvqa ({error})", "kvqa 不了解它的缓存布局（{error}）"),
     "model.layers_not_full": ("it has {kinds} layers, whose cache kvqa cannot roll back exactly",
                               "它有 {kinds} 层，kvqa 无法精确回滚这些层的缓存"),
+    "model.not_composable": ("{model}'s caches cannot be composed (sliding-window layers or scaled rotary embeddings): "
+                             "read the parts together instead",
+                             "{model} 的缓存无法拼接（含滑动窗口层或缩放的旋转位置编码）：请改为把这些部分一起读入"),
     "model.config_unreadable": (
         "cannot read the model's configuration ({error}): check the id or folder, the network, and HF_TOKEN for "
         "gated models",
