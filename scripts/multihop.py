@@ -265,6 +265,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "median_ttft_s": statistics.median(r["ttft_s"] for r in rows),
             "median_answer_s": statistics.median(r["answer_s"] for r in rows),
             "median_wall_s": statistics.median(r["wall_s"] for r in rows), "reads": reads,
+            "median_question_tokens": statistics.median(r.get("question_tokens", 0) for r in rows),
             "median_load_average": statistics.median(r.get("load_average", -1.0) for r in rows),
             "missed": missed(rows)}
 
@@ -470,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             read=session.origin if switched else "none", read_s=round(session.ready_s, 2) if switched else 0.0,
             ttft_s=round(answer.timings.ttft_s, 3), answer_s=round(answer.timings.answer_s, 3),
             wall_s=round(wall, 2), new_tokens=answer.timings.new_tokens, stop_reason=answer.stop_reason,
+            question_tokens=answer.timings.question_tokens,
             load_average=round(_load(), 2),
             quoted=quoted, sources=[{"text": s.text, "part": getattr(s, "part", None)} for s in answer.sources])
         rows.append(row)
