@@ -49,8 +49,9 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
     assert "pelican" in result["answers"][0]["answer"].lower()
     first = result["answers"][0]["sources"][0]
-    assert set(first) == {"page", "start", "end", "text", "mark_start", "mark_end", "answer_start", "answer_end",
-                          "short_start", "short_end"}
+    assert set(first) == {"page", "part", "start", "end", "text", "mark_start", "mark_end", "answer_start",
+                          "answer_end", "short_start", "short_end"}
+    assert first["part"] is None  # the document is one part
     assert "pelican" in first["text"]
     assert first["page"] is None and first["start"] <= first["mark_start"] < first["mark_end"] <= first["end"]
     assert doc_path.read_text()[first["start"]: first["end"]] == first["text"]
