@@ -232,3 +232,13 @@ def test_the_checks_find_what_they_look_for():
     assert slug("`kvqa ask` on the sample document") == "kvqa-ask-on-the-sample-document"
     assert defines(ROOT / "tests" / "test_docs_names.py", "slug")
     assert not defines(ROOT / "tests" / "test_docs_names.py", "no_such_function")
+
+
+def test_the_reference_pages_stay_short_and_the_readme_names_where_to_start():
+    """Reference pages say what is true now, briefly (the record of changes is CHANGELOG.md, which may grow)."""
+    long = {page.name: n for page in PAGES[1:] if (n := len(page.read_text(encoding="utf-8").splitlines())) > 250}
+    assert not long, f"docs pages over 250 lines (move their history to CHANGELOG.md): {long}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 150 and "## Start here" in readme
+    start = readme.split("## Start here", 1)[1].split("\n## ", 1)[0]
+    assert 1 <= len(re.findall(r"^\d+\. \[", start, re.MULTILINE)) <= 3, "a 'Start here' list of at most three pages"
