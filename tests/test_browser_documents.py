@@ -124,7 +124,8 @@ def test_the_sources_of_an_answer_on_a_document_in_parts_say_which_part_each_lie
         bot.locator("blockquote.evidence").get_by_text(re.compile(r"\(part \d+\):")).wait_for(timeout=120_000)
         bot.locator("details.sources summary").click()
         places = bot.locator("details.sources li b").all_text_contents()
-        assert places and all(re.fullmatch(r"part \d+ · (page \d+|characters [\d,]+-[\d,]+)", p) for p in places), places
+        place = re.compile(r"part \d+ · (page \d+|characters [\d,]+-[\d,]+)")
+        assert places and all(place.fullmatch(p) for p in places), places
         no_errors(page)
     finally:
         context.close()
