@@ -6,7 +6,7 @@ system turn). The composed cache keeps the first part's head and text, appends e
 moved to their new positions through their rotation (rotary position embeddings: a key computed at position p and
 rotated by d is the key at p + d, what llama.cpp's context shift does), and reads the tail again on top, so its few
 tokens see every part. A later part's text never saw the parts before it (it was read alone): the composed cache is
-close to reading the parts together, not equal to it; how close is measured (docs/quality.md). Only caches of
+close to reading the parts together, not equal to it (experiments/composed.py measures how close). Only caches of
 full-attention layers with plain rotary embeddings are composed (SmolLM2, Llama 3.x); a model with sliding-window
 layers (Gemma 3) is refused with ModelError.
 """
