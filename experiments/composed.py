@@ -15,6 +15,11 @@ process, greedy, the app's settings otherwise, the question is asked (kvqa.sessi
   read A and B together for this question);
 - A alone and B alone (the caches composed).
 
+--floor CHUNK answers on two reads of A + "\\n\\n" + B instead, in the app's 512-token chunks and in CHUNK-token ones
+(mode rechunked): the same tokens computed in another order, so how far rounding alone moves an answer (int8 weights
+keep only the same-chunks promise). --timing N answers nothing: the fastest of N composes against the fastest of N
+reads together per question, since the runs' single times move with the machine's load (recorded in each row).
+
 Each question is asked with the app's quoting (quote_passages=1: the best BM25 passage of the document quoted in the
 question's turn) and with quoting off (quote_passages=0), since a quote can carry the evidence by itself and hide what
 the cache holds. Per question and mode: the answer, whether its token ids are together's, the gold in it and SQuAD's
@@ -33,10 +38,13 @@ drawn at random as the megagonlabs/RPT repository's first commit vendors them (g
 cf2bc1b1b4edd0318b84179e732ec476c4e20a6e, data/hotpotqa/test.jsonl, sha256
 3ab48ee61e64301dff1efbb956ca5ebdfcd1569a2e9d7381fd882e070badfb2a; /work/data/multihop/SOURCES.md). Questions in file
 order from --start (100 by default: scripts/multihop.py's runs use the first ~90), yes/no answers left out. The
-figures were made with:
+figures were made (2026-12-07, 2-core AMD EPYC shared with other runs: load 4 on 2 cores; commit 07d7ea7 for the
+first, ac9348a for the others, kvqa/ the same) with:
 
     nice -n 10 .venv/bin/python experiments/composed.py --data hotpot_dev_distractor_rpt500.jsonl --start 100 \\
-        --questions 24 --json composed-100.json
+        --questions 24 --json composed-100.json    # 69 min
+    nice -n 10 .venv/bin/python experiments/composed.py --questions 24 --floor 128 --json floor-100.json   # 16 min
+    nice -n 10 .venv/bin/python experiments/composed.py --questions 24 --timing 3 --json timing-100.json   # 27 min
 """
 
 from __future__ import annotations
