@@ -11,7 +11,7 @@ import numpy as np
 
 from kvqa.documents.parts import offsets, span_of
 from kvqa.documents.reading import Document
-from kvqa.evidence.sources import Ranking, best_sentence, rank
+from kvqa.evidence.sources import Ranking, best_sentence, rank, ranked_passages
 
 ROUTE_PASSAGES = 5  # a question goes to the part holding most of its best-matching passages, best first
 ROUTE_THRESHOLD = 0.8  # ... of those scoring at least this share of the best (docs/quality.md)
@@ -130,7 +130,7 @@ class Evidence:
         if ranking.scores[first] >= ELSEWHERE_SHARE * best:
             found.append(first)
         hop = np.zeros(len(ranking.spans))
-        for i in _ranked_indexes(ranking.scores)[:BRIDGE_FROM]:
+        for i in ranked_passages(ranking.scores)[:BRIDGE_FROM]:
             hop = np.maximum(hop, ranking.bridged(i))
         if hop.max(initial=0.0) > 0:
             tie = ranking.scores / best
@@ -153,8 +153,3 @@ class Evidence:
         if self.parts:
             return self.ranking, self.document
         return self.within(read), read
-
-
-def _ranked_indexes(scores: np.ndarray) -> list[int]:
-    """Passage numbers by score, best first, those that score at all."""
-    return [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0]

@@ -211,12 +211,13 @@ class Ranking:
     def best(self, limit: int = 1) -> list[tuple[int, int, float]]:
         """(start, end, score) of the `limit` passages that best match the question, best first, trimmed; fewer (or
         none) when fewer share a word with it."""
-        return [(*_trim(self.text, *self.spans[i]), float(self.scores[i])) for i in _ranked(self.scores)[:limit]]
+        best = ranked_passages(self.scores)[:limit]
+        return [(*_trim(self.text, *self.spans[i]), float(self.scores[i])) for i in best]
 
     def candidates(self, limit: int) -> list[tuple[int, str, float]]:
         """(passage number, text, score) of the `limit` best passages, best first: what the question's turn quotes
         and a reranker (kvqa.generation.rerank) reorders, naming passages by their number as `order` does below."""
-        return [(i, self.quoted(i), float(self.scores[i])) for i in _ranked(self.scores)[:limit]]
+        return [(i, self.quoted(i), float(self.scores[i])) for i in ranked_passages(self.scores)[:limit]]
 
     def quoted(self, i: int) -> str:
         """Passage i's text as quoted, trimmed: a table's row after its table's header and '| --- |' lines."""
@@ -228,7 +229,7 @@ class Ranking:
         sentences (excerpt)."""
         if n <= 0:
             return []
-        return [excerpt(self.quoted(i), self.question, chars) for i in (order or _ranked(self.scores))[:n]]
+        return [excerpt(self.quoted(i), self.question, chars) for i in (order or ranked_passages(self.scores))[:n]]
 
     def sources(self, answer: str, *, pages: bool = False, limit: int = 3, order: Sequence[int] | None = None,
                 first_page: int = 1) -> list[Source]:
@@ -245,7 +246,7 @@ class Ranking:
             asked = asked.copy()
             asked[list(order)] = np.sort(asked[list(order)])[::-1]
         combined = asked + ANSWER_WEIGHT * _unit(said)
-        ranked = _ranked(combined)
+        ranked = ranked_passages(combined)
         if not ranked:
             return []
         best = combined[ranked[0]]
@@ -362,7 +363,7 @@ def best_sentence(text: str, start: int, end: int, question: str) -> tuple[int, 
     return (a, b) if b > a else None
 
 
-def _ranked(scores: np.ndarray) -> list[int]:
+def ranked_passages(scores: np.ndarray) -> list[int]:
     """The passages that score above zero, best first (the earlier one first on a tie)."""
     return sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-scores[i], i))
 
