@@ -6,7 +6,7 @@ two readings: (a) a PDF with ruled tables (fpdf2), read as kvqa reads a PDF with
 kvqa.documents.tables.pdf_tables' text for the pages with a table), and (b) Markdown text (as .docx and .html give).
 Each cell
 (but the row's key) gets a question templated from its row's key and its column ("What is the capital of France?");
-it counts as found when the question's best passage (kvqa.evidence.routing.Evidence.of: what the engine quotes first,
+it counts as found when the question's best passage (kvqa.evidence.evidence.Evidence.of: what the engine quotes first,
 and the answer's first source when the answer's words do not reorder them) holds the cell's row whole. For
 comparison, the PDF as pypdf alone reads it (today's reading, no rows to hold): how often the best passage holds the
 row's key and the cell's value. No model runs.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from kvqa.documents.reading import PAGE_BREAK, Document, document_from_text
 from kvqa.documents.tables import markdown_table, pdf_tables
-from kvqa.evidence.routing import Evidence
+from kvqa.evidence.evidence import Evidence
 
 CJK_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")  # fonts-wqy-microhei
 

@@ -22,7 +22,7 @@ _API = {
     "kvqa.generation.generate": ("prefill",),
     "kvqa.model.loading": ("LoadedModel", "load_model"),
     "kvqa.results": ("Answer", "AnswerStream", "PrefilledDocument"),
-    "kvqa.evidence.routing": ("Evidence",),
+    "kvqa.evidence.evidence": ("Evidence",),
     "kvqa.session.ask": ("ask", "ask_without_cache"),
     "kvqa.session.session": ("Ask", "Session"),
     "kvqa.timing": ("Timings",),

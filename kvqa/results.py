@@ -30,7 +30,7 @@ class QuestionTurn:
     passages: tuple[tuple[int, str, float], ...] = ()  # (passage number, text, BM25 score), best first
     max_new_tokens: int | None = None  # the answer's limit; None: the document's (PrefilledDocument.max_new_tokens)
     elsewhere: tuple[tuple[int, str, float], ...] = ()  # passages of a long document outside the part read, quoted
-    #                                                     after the best ones (kvqa.evidence.routing.Evidence.elsewhere)
+    #                                                  after the best ones (kvqa.evidence.evidence.Evidence.elsewhere)
 
     def quotes(self, n: int, order: Sequence[int] | None = None, *, chars: int = 0) -> list[str]:
         """The first n passages' texts, to quote in the question's turn; with `order` (passage numbers, best first,

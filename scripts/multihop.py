@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     session = Session(engine)
     loaded = time.perf_counter()
     if args.dry_run:
-        from kvqa.evidence.routing import Evidence
+        from kvqa.evidence.evidence import Evidence
         from kvqa.session.parts import prefill_parts
 
         whole = document
@@ -431,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                                "gold_answer": item.answer}
         if args.dry_run:
             evidence = Evidence.of(whole, item.question, spans_units)
-            target, also = evidence.route(spans_units)
+            routed = evidence.route()
+            target, also = routed.target, routed.also
             row.update(routed_part=target + 1, also_part=None if also is None else also + 1,
                        gold_parts=where, both_in_routed=all(target + 1 in w for w in where))
             rows.append(row)

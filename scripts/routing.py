@@ -23,8 +23,7 @@ from kvqa.bench.squad import long_documents
 from kvqa.config import Config
 from kvqa.documents.parts import plan, span_text, units
 from kvqa.documents.reading import document_from_text
-from kvqa.evidence.routing import also_matching, best_part, part_scores, passage_shares
-from kvqa.evidence.sources import rank
+from kvqa.evidence.evidence import Evidence
 from kvqa.prompt import system_text
 
 
@@ -63,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = plan(spans, [count(span_text(document, s)) for s in spans], room)
         right = named = covered = 0
         for question, at, _ in asked:
-            shares = passage_shares(rank(document.text, question), document, parts)
-            chosen = best_part(part_scores(shares, len(parts)))
-            also = also_matching(shares, chosen)  # the other part the answer names, if any
+            routed = Evidence.of(document, question, parts).route()
+            chosen, also = routed.target, routed.also  # also: the other part the answer names, if any
             holds = {i for i, (first, last, _) in enumerate(parts) if first <= at + 1 <= last}
             right += chosen in holds
             named += also is not None

@@ -1,6 +1,6 @@
 """A question ranked on a text and read at once: shorthands the tests use for a Ranking's reads
 (kvqa.evidence.sources.rank, then best, candidates, quotes or sources). kvqa itself ranks a question once and reads
-the Ranking it keeps (kvqa.evidence.routing.Evidence)."""
+the Ranking it keeps (kvqa.evidence.evidence.Evidence)."""
 
 from __future__ import annotations
 

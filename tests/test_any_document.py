@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from pptx.util import Inches
 
 from fakes import FakeEngine
-from kvqa.documents.parts import offsets, select, span_of
+from kvqa.documents.parts import offsets, select
 from kvqa.documents.reading import Document, load_document
 from kvqa.errors import DocumentError
 from kvqa.evidence.sources import terms
@@ -329,8 +329,8 @@ def assert_answered_from_its_part(session: Session, question: str) -> None:
     answer = events[-1]
     assert isinstance(answer, Answer), f"the answer's stream ended with {answer!r}"
     read, whole = session.document, session.whole
-    start, end = span_of(whole, read)
-    assert whole.text[start:end] == read.text, "the part read is not where span_of says"
+    start, end = read.span
+    assert whole.text[start:end] == read.text, "the part read is not where Document.span says"
     if len(session.parts) > 1:
         assert (read.part.first, read.part.last) in [(a, b) for a, b, _ in session.parts], "read no planned part"
     in_parts = len(session.parts) > 1  # then its sources come from every part, offsets into the whole text

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import kvqa
-from kvqa.documents.parts import offsets, span_of
+from kvqa.documents.parts import offsets
 from kvqa.engines import LocalEngine
 from kvqa.session.session import Session
 
@@ -49,7 +49,7 @@ def test_one_long_page_is_read_in_parts_cut_inside_it_and_each_question_is_answe
     assert "(page 1, from “" in str(part.name)
     for q in (q for q in QUESTIONS if q["file"] == name):
         answer = session.ask(q["question"]).answer
-        start, end = span_of(whole, session.document)
+        start, end = session.document.span
         assert session.document.text == whole.text[start:end]
         assert any(gold in session.document.text for gold in q["answers"]), q  # routed to a part that holds it
         assert answer.sources and all(s.text == whole.text[s.start: s.end] for s in answer.sources)  # every part's

@@ -16,8 +16,8 @@ from kvqa.config import Config
 from kvqa.documents.parts import part_of, plan
 from kvqa.documents.reading import Document, document_from_text
 from kvqa.errors import QuestionError
-from kvqa.evidence.routing import also_matching, route
-from kvqa.evidence.sources import rank
+from kvqa.evidence.evidence import Evidence
+from kvqa.evidence.routing import also_matching
 from kvqa.export import session_dict, to_markdown
 from kvqa.messages import render
 from kvqa.session.session import Ask, Session
@@ -109,9 +109,9 @@ def test_plan_and_route_on_their_own():
     assert plan(spans, [5] * 5, 100, first_take=2)[0] == (1, 2, 10)
     document = document_from_text(TEXT)
     parts = [(1, 400, 0), (300, len(TEXT), 0)]
-    assert route(rank(document.text, "Which comet did the telescope see?"), document, parts)[0] == 1
-    assert route(rank(document.text, "Tell me about the lighthouse keeper."), document, parts)[0] == 0
-    assert route(rank(document.text, "nothing matches zzz"), document, parts, current=1)[0] == 1
+    assert Evidence.of(document, "Which comet did the telescope see?", parts).route().target == 1
+    assert Evidence.of(document, "Tell me about the lighthouse keeper.", parts).route().target == 0
+    assert Evidence.of(document, "nothing matches zzz", parts).route(current=1).target == 1
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -163,8 +163,8 @@ def test_many_near_duplicates_do_not_outvote_the_best_passage():
     document = document_from_text(text)
     half = text.index("## Section 6")
     parts = [(1, half, 0), (half - 20, len(text), 0)]
-    assert route(rank(document.text, "Who is the harbour master of section 8?"), document, parts)[0] == 1
-    assert route(rank(document.text, "Who is the harbour master of section 2?"), document, parts)[0] == 0
+    assert Evidence.of(document, "Who is the harbour master of section 8?", parts).route().target == 1
+    assert Evidence.of(document, "Who is the harbour master of section 2?", parts).route().target == 0
 
 
 def test_another_part_that_matches_as_well_is_named():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fakes import FakeEngine
 from kvqa.documents.parts import offsets
 from kvqa.documents.reading import document_from_text
-from kvqa.evidence.routing import Evidence
+from kvqa.evidence.evidence import Evidence
 from kvqa.evidence.sources import names
 from kvqa.session.session import Session
 
@@ -67,7 +67,7 @@ def test_a_passage_outside_the_part_that_matches_the_question_is_quoted_beside_i
     evidence = Evidence.of(document_from_text(text, name="kb.md"), QUESTION, evidence_parts)
     film_part = next(i for i, (a, b, _) in enumerate(evidence_parts) if "Kiss and Tell" in text[a - 1: b])
     read_doc = _part(text, evidence_parts[film_part])
-    found = evidence.elsewhere(read_doc)
+    found = evidence.on(read_doc).elsewhere()
     assert found and all(text.index(quoted.strip()[:30]) >= len(read_doc.text) for _, quoted, _ in found)
 
 
@@ -77,7 +77,7 @@ def test_a_document_read_whole_quotes_and_sources_as_before():
     assert len(session.parts) == 1
     answer = session.ask(QUESTION).answer
     evidence = Evidence.of(session.whole, QUESTION)
-    assert evidence.parts == () and evidence.elsewhere(session.document) == ()
+    assert evidence.parts == () and evidence.on(session.document).elsewhere() == ()
     assert all(source.part is None for source in answer.sources)
     assert len(answer.quoted) == engine.options.quote_passages  # its best passage only, as before
 

@@ -94,14 +94,11 @@ def page_of(document: Document, offset: int) -> int:
 def select(document: Document, first: int, last: int) -> Document:
     """The document's pages (PDF) or characters (text) first..last, 1-based and inclusive, as a Document."""
     part = part_of(document, first, last)
-    if unit_name(document) == "pages":
-        start, end = offsets(document, first, last)
-        text = document.text[start: end].lstrip("\n")
-    else:
-        text = document.text[first - 1: last]
+    start, end = _page_text(document, first, last) if unit_name(document) == "pages" else (first - 1, last)
+    text = document.text[start: end]
     if first == 1 and part.last == part.total:
         return document
-    return replace(document, text=text, page_starts=(), part=part)
+    return replace(document, text=text, page_starts=(), part=part, start=document.start + start)
 
 
 def units(document: Document, first: int, last: int, *, max_chars: int = MAX_UNIT_CHARS) -> list[tuple[int, int]]:
@@ -204,16 +201,6 @@ def planned_parts(document: Document, count_tokens: Callable[[str], int], room: 
     return len(plan(counted.spans, counted.counts, counted.room))
 
 
-def span_of(document: Document, part: Document) -> tuple[int, int]:
-    """[start, end) of a part's text in the whole document's text (select(): a PDF's part starts at its page's text,
-    the newlines before it left out)."""
-    if part.part is None:
-        return 0, len(document.text)
-    if unit_name(document) == "pages":
-        return _page_text(document, part.part.first, part.part.last)
-    return offsets(document, part.part.first, part.part.last)
-
-
 def _page_text(document: Document, first: int, last: int) -> tuple[int, int]:
     """[start, end) of pages first..last's text, the newlines before it left out (as select() leaves them out)."""
     start, end = offsets(document, first, last)
@@ -244,4 +231,4 @@ def notice(document: Document, source: Document, *, asked: tuple[int, int] | Non
 
 
 __all__ = ["Counted", "asked_range", "counted_units", "in_characters", "notice", "offsets", "page_of", "parse_range",
-           "part_of", "plan", "planned_parts", "select", "span_of", "span_text", "unit_name", "unit_total", "units"]
+           "part_of", "plan", "planned_parts", "select", "span_text", "unit_name", "unit_total", "units"]

@@ -81,10 +81,16 @@ class Document:
     pages: int | None = None  # PDF page count (the whole file's), None for text
     page_starts: tuple[int, ...] = ()  # PDF: where each page's text (with its "[Page n]" line) begins in `text`
     part: Part | None = None  # set when this is a part of a longer document (kvqa.documents.parts)
+    start: int = 0  # a part's: where its text begins in the longer document's text (kvqa.documents.parts.select)
     in_characters: bool = False  # its parts are counted in characters though it has pages: one page (a Word file
     #                              without page breaks, a long web page) alone is longer than the model reads
     scans: Mapping[int, OcrPage] = field(default_factory=dict)  # page -> what OCR read there (its lines' boxes)
     notes: tuple[Message, ...] = ()  # what the reader should know, e.g. scanned pages where OCR found no text
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """[start, end) of this text in the document it is a part of (the whole of itself when it is no part)."""
+        return self.start, self.start + len(self.text)
 
 
 def document_from_text(text: str, *, name: str = "pasted text") -> Document:

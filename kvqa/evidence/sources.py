@@ -214,6 +214,15 @@ class Ranking:
         best = ranked_passages(self.scores)[:limit]
         return [(*_trim(self.text, *self.spans[i]), float(self.scores[i])) for i in best]
 
+    def placed(self, limit: int, share: float) -> list[tuple[float, int, int]]:
+        """(score, start, end) of the `limit` passages that best match the question, those scoring at least `share`
+        of the best, each placed by its best-matching sentence (where a long document's routing looks for it):
+        near-duplicates below the share cannot outvote the best passage (a document repeating a sentence with one
+        word changed)."""
+        found = self.best(limit)
+        return [(points, *(best_sentence(self.text, start, end, self.question) or (start, end)))
+                for start, end, points in found if points >= share * found[0][2]]
+
     def candidates(self, limit: int) -> list[tuple[int, str, float]]:
         """(passage number, text, score) of the `limit` best passages, best first: what the question's turn quotes
         and a reranker (kvqa.generation.rerank) reorders, naming passages by their number as `order` does below."""
@@ -308,7 +317,7 @@ def names(text: str) -> list[str]:
 
 def rank(text: str, question: str) -> Ranking:
     """The question scored against the text's passages: the one BM25 scoring of a question
-    (kvqa.evidence.routing.Evidence)."""
+    (kvqa.evidence.evidence.Evidence)."""
     index = _index(text)
     return Ranking(text, question, tuple(index.spans), _scores(index, question), index, tuple(range(len(index.spans))))
 

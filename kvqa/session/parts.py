@@ -1,5 +1,6 @@
-"""A Session's long document: its parts (Parts, held by the session), the part a question goes to (routed), and the
-reading of one part (prefill_part), which a question that needs another part and the read ahead both use.
+"""A Session's long document: its parts (Parts, held by the session), what the status says of the part a question
+went to (routed_notice; kvqa.evidence.evidence.Evidence.route chooses it), and the reading of one part
+(prefill_part), which a question that needs another part and the read ahead both use.
 
 The session (kvqa.session.session) owns the locks and the caches; what is decided here is given what it uses.
 """
@@ -7,13 +8,12 @@ The session (kvqa.session.session) owns the locks and the caches; what is decide
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import NamedTuple
 
-from kvqa.documents.parts import counted_units, plan, select, unit_name, unit_total
+from kvqa.documents.parts import counted_units, part_of, plan, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.errors import DocumentTooLong, QuestionError
-from kvqa.evidence.routing import Evidence
+from kvqa.evidence.routing import Routed
 from kvqa.messages import Message
 from kvqa.results import PrefilledDocument
 
@@ -142,39 +142,18 @@ class Parts:
         return sum(self.has(first) for first, _, _ in self.spans)
 
 
-@dataclass(frozen=True)
-class Routed:
-    """Where a question goes among a long document's parts: the part read for it (target), the one that matched it
-    best, and another that matched it too (also), as indexes into Parts."""
-
-    target: int
-    best: int
-    also: int | None = None
-
-
-def routed(evidence: Evidence, parts: Parts, *, current: int, asked: int | None = None,
-           ready: set[int] = frozenset()) -> Routed:
-    """The part a question is answered from: the one asked for, else the one its passages match best; when `ready`
-    (the parts to be had without reading one) is given and the best is not among them, the best of those."""
-    if asked is not None:
-        return Routed(asked, asked)
-    best, also = evidence.route(parts.spans, current=current)
-    if ready and best not in ready:
-        target, also = evidence.route(parts.spans, current=current, among=ready)
-        return Routed(target, best, also)
-    return Routed(best, best, also)
-
-
-def routed_notice(routed: Routed, *, asked: bool, switched: bool, said: dict, also: Part | None,
-                  before: Message | None) -> Message | None:
-    """What the status says about the part a question was answered from (before: what it said until now)."""
+def routed_notice(routed: Routed, whole: Document, parts: Parts, *, asked: bool, switched: bool, said: dict,
+                  before: Message | None) -> tuple[Message | None, Part | None]:
+    """What the status says about the part a question was answered from (before: what it said until now), and the
+    other part of `whole` that matched the question too (routed.also, named), if any."""
+    also = part_of(whole, *parts[routed.also][:2]) if routed.also is not None else None
     if asked:
-        return Message("notice.routed_asked", **said)
+        return Message("notice.routed_asked", **said), also
     if routed.target != routed.best:
-        return Message("notice.routed_ready", best=routed.best + 1, **said)
+        return Message("notice.routed_ready", best=routed.best + 1, **said), also
     if also is not None:
-        return Message("notice.routed_also", also=routed.also + 1, also_part=also.name, **said)
+        return Message("notice.routed_also", also=routed.also + 1, also_part=also.name, **said), also
     if switched or (before is not None and before.key in ("notice.routed_ready", "notice.routed_also",
                                                          "notice.routed_asked")):
-        return Message("notice.routed", **said)  # (no longer short of a better part)
-    return before
+        return Message("notice.routed", **said), also  # (no longer short of a better part)
+    return before, also

@@ -9,17 +9,18 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget
 from kvqa.cache.shared import SharedCaches
-from kvqa.documents.parts import in_characters, notice, part_of, select, unit_name, unit_total
+from kvqa.documents.parts import in_characters, notice, select, unit_name, unit_total
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
 from kvqa.errors import QuestionError
-from kvqa.evidence.routing import Evidence
+from kvqa.evidence.evidence import Evidence
+from kvqa.evidence.routing import Routed
 from kvqa.evidence.sources import Source
 from kvqa.memory import release_memory
 from kvqa.messages import Message
@@ -27,7 +28,7 @@ from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ahead import SessionLock, read_ahead
 from kvqa.session.ask import ask, ask_without_cache
 from kvqa.session.caches import cache_for, fingerprint
-from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed, routed_notice
+from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed_notice
 from kvqa.timing import Timings
 
 
@@ -158,65 +159,66 @@ class Session:
         asked = Ask(asked) if isinstance(asked, str) else asked
         if self.document is None:
             raise QuestionError("question.no_document")
-        if asked.part is not None:
-            self.parts.asked(asked.part)  # refused now, before anything changes, when it is not one of the parts
-        return AnswerStream(self._ask(asked))
+        # the part asked for is refused now, before anything changes, when it is not one of the parts
+        index = self.parts.asked(asked.part) if asked.part is not None else None
+        return AnswerStream(self._ask(asked, index))
 
-    def _ask(self, asked: Ask) -> Iterator[str | Answer]:
+    def _ask(self, asked: Ask, index: int | None) -> Iterator[str | Answer]:
+        """The question answered from the cache (the part it is routed to read, or the cache rebuilt, first when
+        needed), or by reading the whole prompt again (recompute); the turn recorded; the Answer last, when the
+        session is free again. index: the part asked for (asked.part), as an index into self.parts."""
         with self.lock.action():
             self._stop.clear()
             self.answering = True
             try:
-                parts = () if self.parts.pinned else self.parts.spans  # every part's passages, when in parts
-                evidence = Evidence.of(self.whole, asked.question, parts)  # scored once: its part, quotes, sources
-                result = yield from self._answer(asked, evidence)
+                evidence = self._ready_for(asked, index)
+                question = asked.question
+                history, stop, turn = [], self._stop.is_set, nullcontext()
+                if not self.recompute:
+                    if asked.remember and (history := self.history()):
+                        keep = self.engine.remembered(self.prefilled, history, question)
+                        history = history[len(history) - keep:] if keep else []  # the latest turns that fit
+                    turn = self.prefilled.taken(should_stop=stop)  # another session sharing it may be answering
+                answering = (ask_without_cache(self.engine, self.document, question, evidence=evidence,
+                                               should_stop=stop) if self.recompute else
+                             ask(self.engine, self.prefilled, question, history=history, evidence=evidence,
+                                 should_stop=stop))
+                with turn, answering as pieces:
+                    yield from pieces  # closing this generator closes the answer: the cache rolls back now
+                    result = pieces.answer
+                measured, same = None, None
+                if asked.baseline and not self.recompute and result.stop_reason != "stopped":
+                    recomputed = ask_without_cache(self.engine, self.document, question, history=history,
+                                                   evidence=evidence, prompt=self.prefilled.prompt).answer
+                    measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
+                self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
+                                       stop_reason=result.stop_reason, sources=result.sources, short=result.short,
+                                       follows=len(history), unsupported=result.unsupported,
+                                       unquoted=result.unquoted, part=self.document.part, also=self._also))
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
-    def _answer(self, asked: Ask, evidence: Evidence) -> Generator[str, None, Answer]:
-        """Answer from the cache (rebuilt, or another part read, first when needed), or by reading the whole prompt
-        again (recompute); record the turn; returns the Answer."""
-        question, history, stop = asked.question, [], self._stop.is_set
+    def _ready_for(self, asked: Ask, index: int | None) -> Evidence:
+        """The question's evidence (scored once over the whole document: its part, quotes and sources), and the cache
+        it is answered from: the part it is routed to (read or restored when it is not the one read), and the cache
+        rebuilt when it was evicted; asked.on_part or asked.on_rebuild says which happened. Recompute: no cache."""
+        parts = () if self.parts.pinned else self.parts.spans  # every part's passages, when in parts
+        evidence = Evidence.of(self.whole, asked.question, parts)
+        self._also = None  # another part that matched it too: set when it is routed
         if self.recompute:
-            self._also, turn = None, nullcontext()
-            answer = lambda: ask_without_cache(self.engine, self.document, question, evidence=evidence,  # noqa: E731
-                                               should_stop=stop)
-        else:
-            self._ready_for(asked, evidence)
-            if asked.remember and (history := self.history()):
-                keep = self.engine.remembered(self.prefilled, history, question)
-                history = history[len(history) - keep:] if keep else []  # the latest turns that fit the room
-            turn = self.prefilled.taken(should_stop=stop)  # another session sharing this cache may be answering
-            answer = lambda: ask(self.engine, self.prefilled, question, history=history,  # noqa: E731
-                                 evidence=evidence, should_stop=stop)
-        with turn, answer() as pieces:
-            yield from pieces  # closing this generator closes the answer: the cache rolls back now
-            result = pieces.answer
-        measured, same = None, None
-        if asked.baseline and not self.recompute and result.stop_reason != "stopped":
-            recomputed = ask_without_cache(self.engine, self.document, question, history=history,
-                                           evidence=evidence, prompt=self.prefilled.prompt).answer
-            measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
-        self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
-                               stop_reason=result.stop_reason, sources=result.sources, short=result.short,
-                               follows=len(history), unsupported=result.unsupported, unquoted=result.unquoted,
-                               part=self.document.part, also=self._also))
-        return result
-
-    def _ready_for(self, asked: Ask, evidence: Evidence) -> None:
-        """The cache the question is answered from: the part it is routed to (read or restored when it is not the one
-        read), and the cache rebuilt when it was evicted; asked.on_part or asked.on_rebuild says which happened."""
+            return evidence.on(self.document)
         evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
         if evicted:
             self.prefilled = None
-        switched = self._read_part_for(evidence, asked)
+        switched = self._read_part_for(evidence, asked, index)
         if self.prefilled is None:
             self.prefilled = self._prefill(self.document, progress=asked.progress)
         if switched and asked.on_part is not None:
             asked.on_part(self.prefilled)
         elif evicted and asked.on_rebuild is not None:
             asked.on_rebuild(self.prefilled)
+        return evidence.on(self.document)
 
     # ---- a long document's parts: the one a question goes to, and the others read ahead
 
@@ -225,31 +227,27 @@ class Session:
         """Which of self.parts is read now (0 when the document is one part)."""
         return self.parts.index_read(self.document)
 
-    def _read_part_for(self, evidence: Evidence, asked: Ask) -> bool:
+    def _read_part_for(self, evidence: Evidence, asked: Ask, index: int | None) -> bool:
         """Route the question to the part of a long document that holds its best-matching passages (or to the part
-        asked for), reading that part now (or restoring it from the store) when it is not the one read; a pinned
-        part stays. True when another part was read."""
-        self._also = None
-        index = self.parts.asked(asked.part) if asked.part is not None else None
+        asked for, index), reading that part now (or restoring it from the store) when it is not the one read; a
+        pinned part stays. True when another part was read."""
         if len(self.parts) < 2 or (index is None and self.parts.pinned):
             return False
         current = self.part_index
         ready = (self.parts.ready_indexes(current if self.prefilled is not None else None,
                                           stored=self.engine.info.keeps_caches)
                  if asked.ready_only and index is None else set())
-        route = routed(evidence, self.parts, current=current, asked=index, ready=ready)
+        route = Routed(index, index) if index is not None else evidence.route(current=current, ready=ready)
         switched = route.target != current or self.prefilled is None
         if switched:
             first, last, _ = self.parts[route.target]
             prefilled = prefill_part(lambda d: self._prefill(d, progress=asked.progress), self.engine.count_tokens,
                                      self.whole, first=first, last=last)
             self.document, self.prefilled = prefilled.document, prefilled
-        if route.also is not None:
-            self._also = part_of(self.whole, *self.parts[route.also][:2])
         said = {"part": self.document.part.name, "name": self.whole.name, "index": route.target + 1,
                 "parts": len(self.parts)}
-        self.notice = routed_notice(route, asked=index is not None, switched=switched, said=said, also=self._also,
-                                    before=self.notice)
+        self.notice, self._also = routed_notice(route, self.whole, self.parts, asked=index is not None,
+                                                switched=switched, said=said, before=self.notice)
         return route.target != current
 
     @property
