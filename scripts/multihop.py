@@ -346,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the disk store of parts (default: a new temporary folder, so each part's first read "
                              "is measured, removed at the end)")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: kvqa's (the app's)")
+    parser.add_argument("--model", default=None,
+                        help="the model that reads and answers (default: kvqa's); the document is laid out in the "
+                             "default model's tokens either way, so two models get the same text")
     parser.add_argument("--dry-run", action="store_true", help="lay out and route only: no answers")
     parser.add_argument("--json", type=Path, default=None, help="write settings, document, rows and summary here")
     parser.add_argument("--note", default="", help="free text kept in the JSON's settings (e.g. the commit run)")
@@ -376,15 +379,26 @@ def main(argv: list[str] | None = None) -> int:
         temporary = tempfile.TemporaryDirectory(prefix="kvqa-multihop-store-")
         args.store = Path(temporary.name)
     settings = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
+    if args.model:
+        settings["model"] = args.model
     config = Config().replaced(store_dir=args.store, **settings)
     engine = make_engine(config, store=store_for(config))
     info = engine.load()
-    built = build_document(items[args.start:], engine.count_tokens, args.tokens, order=args.order, seed=args.seed,
+    count = engine.count_tokens
+    if args.model:  # laid out in the default model's tokens, as without --model
+        from transformers import AutoTokenizer
+
+        from kvqa.model.loading import default_model_dir
+
+        tokenizer = AutoTokenizer.from_pretrained(default_model_dir(config.cache_dir))
+        count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0  # noqa: E731
+    built = build_document(items[args.start:], count, args.tokens, order=args.order, seed=args.seed,
                            skip_yes_no=not args.keep_yes_no)
     document = document_from_text(built.text, name=f"{args.data.stem}-{args.start}-{args.tokens // 1000}k")
     assert document.text == built.text
     asked = built.items[:args.questions]
-    doc_tokens = engine.count_tokens(built.text)
+    doc_tokens = count(built.text)  # the default model's tokens
+    model_tokens = engine.count_tokens(built.text)  # the reading model's
     meta = {"data": str(args.data), "questions_in_file": len(items), "start": args.start, "tokens_asked": args.tokens,
             "order": args.order, "seed": args.seed, "yes_no_left_out": not args.keep_yes_no,
             "model": info.model, "device": info.device, "precision": info.precision,
@@ -395,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_cpus()} CPUs, Python {platform.python_version()}"}
     print(f"# {args.data.name}: {len(built.items)} questions laid out ({len(built.at)} paragraphs, "
           f"{doc_tokens:,} tokens, {len(built.text):,} characters, {args.order}), asking {len(asked)}; "
-          f"model {info.model} on {info.device}", flush=True)
+          f"model {info.model} on {info.device} ({model_tokens:,} of its tokens)", flush=True)
 
     session = Session(engine)
     loaded = time.perf_counter()
@@ -412,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         whole = session.whole
     load_s = time.perf_counter() - loaded
     spans = [offsets(whole, a, b) for a, b, _ in spans_units]
-    doc_info = {"tokens": doc_tokens, "characters": len(built.text), "paragraphs": len(built.at),
+    doc_info = {"tokens": doc_tokens, "model_tokens": model_tokens, "characters": len(built.text),
+                "paragraphs": len(built.at),
                 "questions_laid_out": len(built.items), "parts": [[a, b, t] for a, b, t in spans_units],
                 "first_read": None if args.dry_run else {"origin": session.origin, "seconds": round(load_s, 2)}}
     print(f"# {len(spans)} parts: " + ", ".join(f"{a:,}-{b:,} ({t:,} tokens)" for a, b, t in spans_units)

@@ -99,8 +99,9 @@ def test_running_out_of_memory_while_reranking_is_the_users_message(tiny_lm, mon
     engine = kvqa.LocalEngine(kvqa.Config.of(max_new_tokens=4, rerank_passages=5), lm=tiny_lm)
     doc = engine.prefill(document_from_text(HISTORY))
     for asking in (lambda: ask(engine, doc, QUESTION), lambda: ask_without_cache(engine, doc.document, QUESTION)):
+        stream = asking()  # nothing runs until the stream is read
         with pytest.raises(kvqa.KvqaError) as refused:
-            asking()
+            stream.answer
         assert "memory" in str(refused.value) and "Tried to allocate" not in str(refused.value)
     monkeypatch.undo()  # memory is back: the same document answers, its cache as it was
     assert doc.cache.length == doc.tokens and ask(engine, doc, QUESTION).answer.timings.new_tokens > 0
