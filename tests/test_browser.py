@@ -262,7 +262,8 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
     path = tmp_path / "harbours.pdf"
     path.write_bytes(bytes(pdf.output()))
     config = config_from_env(os.environ)
-    kvqa_app = KvqaApp(config, LocalEngine(config, lm=dataclasses.replace(default_lm, context_length=4096)))
+    kvqa_app = KvqaApp(config, LocalEngine(config, lm=dataclasses.replace(default_lm, context_length=4096)),
+                       models=[config.model])  # the default alone: no model that reads the PDF whole is offered
     context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1400})
     page = context.new_page()
     try:

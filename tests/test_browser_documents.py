@@ -2,7 +2,8 @@
 breaks and a long web page (tests/data/public) are each read in parts cut inside their one page, the part named by its
 page and opening words; a Chinese question on a page holding Chinese and English is answered by the model that reads
 Chinese, the switch and its reason shown; a question on a document in parts shows which part each source of its
-answer lies in; no output ever in Gradio's error state. Fake engines at the seam (the page,
+answer lies in; a long page goes to the offered model whose context holds it whole, saying why; no output ever in
+Gradio's error state. Fake engines at the seam (the page,
 not the models, is under test; tests/test_public_documents.py reads the same files with the real ones)."""
 
 from __future__ import annotations
@@ -127,5 +128,32 @@ def test_the_sources_of_an_answer_on_a_document_in_parts_say_which_part_each_lie
         place = re.compile(r"part \d+ · (page \d+|characters [\d,]+-[\d,]+)")
         assert places and all(place.fullmatch(p) for p in places), places
         no_errors(page)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_long_page_is_read_whole_by_the_model_that_holds_it_and_the_status_says_why(tmp_path, browser, lang):  # noqa: F811
+    from app import KvqaApp
+
+    (tmp_path / "gemma-3-270m-f32").mkdir()
+    (tmp_path / "gemma-3-270m-f32" / "model.safetensors").write_bytes(b"")  # installed
+    default = SlowFake(8192, model="SmolLM2-135M-Instruct")
+    gemma = SlowFake(32768, model="gemma-3-270m")  # its context holds the page whole
+    kvqa_app = KvqaApp(Config.of(cache_dir=tmp_path), default, models=["gemma-3-270m"])
+    kvqa_app.service._engines["gemma-3-270m"] = gemma
+    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
+    page = context.new_page()
+    try:
+        with served(kvqa_app.demo, kvqa_app) as url:
+            page.goto(url)
+            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
+            upload(page, PUBLIC / "en-long.html", first=True)
+            why = "一次能读" if lang == "zh" else "reads it whole"
+            status(page, "en-long.html", "gemma-3-270m", why)
+            assert SAID[lang]["parts"] not in (page.locator("#doc-status").text_content() or "")
+            assert gemma.prefills == 1 and default.prefills == 0
+            expect(page.locator("#model select, #model input").first).to_have_value("gemma-3-270m")
+            no_errors(page)
     finally:
         context.close()

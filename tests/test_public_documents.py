@@ -63,15 +63,27 @@ def kvqa_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.model
-def test_the_cli_reads_a_long_word_file_in_parts_with_the_default_model():
+def test_the_cli_reads_a_long_word_file_in_parts_with_the_default_model_when_it_is_named():
     run = kvqa_cli("ask", str(PUBLIC / "en-long.docx"), "-q", "What is the default logging level?",
-                   "--max-new-tokens", "24", "--json")
+                   "--max-new-tokens", "24", "--json", "--model", "SmolLM2-135M-Instruct")
     assert run.returncode == 0, run.stderr
     result = json.loads(run.stdout)
     assert result["model"] == "SmolLM2-135M-Instruct" and len(result["parts"]) >= 2
     assert "is longer than this model reads at once" in run.stderr and "(page 1, from “" in run.stderr
     answer = result["answers"][0]
     assert any("WARNING" in s["text"] for s in answer["sources"])
+
+
+@pytest.mark.model
+def test_the_cli_reads_a_long_word_file_whole_with_the_model_whose_context_holds_it():
+    run = kvqa_cli("ask", str(PUBLIC / "en-long.docx"), "-q", "What is the default logging level?",
+                   "--max-new-tokens", "24", "--json")
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["model"] == "gemma-3-270m" and len(result["parts"]) == 1
+    assert "reading with gemma-3-270m" in run.stderr and "reads it whole" in run.stderr
+    answer = result["answers"][0]
+    assert answer["answer"].strip() and any("WARNING" in s["text"] for s in answer["sources"])
 
 
 @pytest.mark.model

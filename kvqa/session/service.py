@@ -112,6 +112,10 @@ class Service:
         progress(0, desc=say("progress.loading_model", lang, model=model))
         engine.load(progress=lambda fraction, stage: progress(fraction, desc=render(stage, lang)))
 
+    def contexts(self) -> dict[str, int]:
+        """The context of each offered model loaded here, by name (the others' are known from their files)."""
+        return {m: e.info.context_tokens for m, e in self._engines.items() if e.loaded}
+
     def model_of(self, session: Session) -> str:
         """The name in the list of models of the one the session's engine runs."""
         return next((m for m, e in self._engines.items() if e is session.engine), self.models[0])
@@ -193,7 +197,7 @@ class Service:
         language (loaded first), unless the model was chosen in the list or named when kvqa started."""
         if self.notes(session).picked:
             return session
-        reader = reading_model(self.config, document.text, page_lang=lang)
+        reader = reading_model(self.config, document.text, page_lang=lang, contexts=self.contexts())
         model = reader[0] if reader and reader[0] in self.models else self.config.model
         engine = self.engine_for(model)
         if engine is session.engine:
@@ -214,7 +218,7 @@ class Service:
         model = self.model_of(session)
         reason = Message("reason.app") if self.notes(session).picked else self.reason(session)
         reader = reading_model(self.config.replaced(model=model, model_reason=reason), session.whole.text,
-                               questions=[question])
+                               questions=[question], contexts=self.contexts())
         if reader is not None and reader[0] in self.models:
             return reader
         refusal = unread_question(session.engine.info.model, question, cache_dir=self.config.cache_dir)

@@ -319,6 +319,9 @@ TEXTS: dict[str, tuple[str, str]] = {
                                 "问题是中文，而 {model} 读不懂中文"),
     "reason.asks_chinese": ("the page is in Chinese and the document holds Chinese, which {model} does not read",
                             "页面是中文且文档含有中文，而 {model} 读不懂中文"),
+    "reason.long_document": ("the document (about {tokens} tokens) is longer than {model} reads at once: this model "
+                             "reads it whole",
+                             "文档（约 {tokens} 个词元）超出 {model} 一次能读的长度：此模型能整篇读入"),
     "reason.no_cuda": ("no CUDA GPU here, so the small default model", "这里没有 CUDA GPU，所以用小的默认模型"),
     "reason.no_token": (
         "a CUDA GPU, but HF_TOKEN is not set, so not {model} (gated): set HF_TOKEN to a token with access to use it",
