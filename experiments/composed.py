@@ -55,7 +55,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +62,7 @@ from typing import Any
 import torch
 
 import kvqa
+from kvqa.bench.provenance import commit_of, cpu_name
 from kvqa.bench.squad import exact_match, gold_in, token_f1
 from kvqa.engines import LocalEngine
 from kvqa.generation.compose import compose, shift_keys
@@ -149,26 +149,6 @@ def first_logprobs(lm, doc: PrefilledDocument, question: str, quotes: tuple[str,
     finally:
         doc.cache.rollback(doc.tokens)
     return torch.log_softmax(logits[0].float(), dim=-1)
-
-
-def commit() -> str:
-    here = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "kvqa"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + (" (kvqa/ changed since)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def cpu_name() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "?"
 
 
 def run_question(lm, engines, row, edges, config, args) -> dict[str, Any] | None:
@@ -325,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     engines = {q: LocalEngine(config.replaced(quote_passages=q), lm=lm) for q in QUOTES}
     info = engines[1].info
     edges = template_edges(kvqa.prefill(lm, kvqa.document_from_text("x", name="probe"), config=config).prompt)
-    settings = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "commit": commit(),
+    settings = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "commit": commit_of(Path(kvqa.__file__).resolve().parent),
                 "machine": f"{cpu_name()}, {len(os.sched_getaffinity(0))} CPUs, Python {platform.python_version()}",
                 "model": info.model, "dtype": info.dtype, "weights": info.weights, "data": str(args.data),
                 "start": args.start, "questions": args.questions, "floor": args.floor,

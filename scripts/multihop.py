@@ -56,7 +56,6 @@ import json
 import platform
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvqa.bench.provenance import commit_of
 from kvqa.bench.squad import exact_match, gold_in, token_f1
 
 YES_NO = ("yes", "no")
@@ -230,17 +230,6 @@ def parts_holding(start: int, end: int, spans: Sequence[tuple[int, int]]) -> lis
 
 
 # ---- the run ------------------------------------------------------------------------------------------------------
-
-
-def commit_of(folder: Path) -> str:
-    try:
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--", "kvqa"], capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + (" (kvqa/ changed since)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import gc
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,6 +24,7 @@ from .errors import BenchError
 from .memory import Bandwidth, read_bandwidth
 from .methods import METHODS, RUNNERS, decode_floor
 from .models import config_path, random_init_model
+from .provenance import cpu_name
 from .report import format_table, write_plot
 from .store import format_store_table, run_store_bench
 
@@ -87,16 +87,9 @@ def cut_document(prompt: Prompt, text_ids: Sequence[int], target: int, *, name: 
 def machine_info(lm: LoadedModel, bandwidth: Bandwidth) -> dict:
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            m = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M)
-        cpu = m.group(1).strip() if m else cpu
-    except OSError:
-        pass
     cuda = lm.device.type == "cuda"
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name(lm.device) if cuda else None,
