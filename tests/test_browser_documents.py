@@ -40,19 +40,25 @@ class SlowFake(FakeEngine):
         super().__init__(*args, chunks=10, on_chunk=lambda document, chunk: time.sleep(0.1), **kwargs)
 
 
-@pytest.fixture
-def two_models(tmp_path_factory):
-    """The app with the English-only default (a 2,000-token context) and Gemma offered (its converted copy 'lies'
-    in the cache folder, so it counts as installed): the default reads English, Gemma what needs Chinese."""
+def two_models_app(cache, default_context: int, gemma_context: int, **gemma):
+    """The app with the English-only default and Gemma offered (its converted copy 'lies' in the cache folder, so it
+    counts as installed; offered, loaded), each a SlowFake of the context given."""
     from app import KvqaApp
 
-    cache = tmp_path_factory.mktemp("models")
     (cache / "gemma-3-270m-f32").mkdir()
     (cache / "gemma-3-270m-f32" / "model.safetensors").write_bytes(b"")
-    default = SlowFake(2000, model="SmolLM2-135M-Instruct")
-    gemma = SlowFake(8192, model="gemma-3-270m", replies={QUESTION: REPLY})
+    default = SlowFake(default_context, model="SmolLM2-135M-Instruct")
+    other = SlowFake(gemma_context, model="gemma-3-270m", **gemma)
     kvqa_app = KvqaApp(Config.of(cache_dir=cache), default, models=["gemma-3-270m"])
-    kvqa_app.service._engines["gemma-3-270m"] = gemma  # offered, loaded
+    kvqa_app.service._engines["gemma-3-270m"] = other
+    return kvqa_app, default, other
+
+
+@pytest.fixture
+def two_models(tmp_path_factory):
+    """The default (a 2,000-token context) and Gemma (8,192: it holds the long pages no more than the default does):
+    the default reads English, Gemma what needs Chinese."""
+    kvqa_app, _, gemma = two_models_app(tmp_path_factory.mktemp("models"), 2000, 8192, replies={QUESTION: REPLY})
     with served(kvqa_app.demo, kvqa_app) as url:
         yield url, gemma
 
@@ -134,14 +140,7 @@ def test_the_sources_of_an_answer_on_a_document_in_parts_say_which_part_each_lie
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_long_page_is_read_whole_by_the_model_that_holds_it_and_the_status_says_why(tmp_path, browser, lang):  # noqa: F811
-    from app import KvqaApp
-
-    (tmp_path / "gemma-3-270m-f32").mkdir()
-    (tmp_path / "gemma-3-270m-f32" / "model.safetensors").write_bytes(b"")  # installed
-    default = SlowFake(8192, model="SmolLM2-135M-Instruct")
-    gemma = SlowFake(32768, model="gemma-3-270m")  # its context holds the page whole
-    kvqa_app = KvqaApp(Config.of(cache_dir=tmp_path), default, models=["gemma-3-270m"])
-    kvqa_app.service._engines["gemma-3-270m"] = gemma
+    kvqa_app, default, gemma = two_models_app(tmp_path, 8192, 32768)  # Gemma's context holds the page whole
     context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
     page = context.new_page()
     try:
