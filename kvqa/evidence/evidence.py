@@ -28,19 +28,23 @@ class Evidence:
 
     document: Document  # the whole document, as loaded
     ranking: Ranking
+    read: Document  # what the answer's cache holds (on()): the document, or a part of it
     parts: tuple[tuple[int, int], ...] = ()  # each part's [start, end) in the document's text; () when one part
-    read: Document | None = None  # what the answer's cache holds (on()): the document, or a part of it
-    span: tuple[int, int] = (0, 0)  # where `read` lies in the document's text
 
     @classmethod
     def of(cls, document: Document, question: str, parts: Sequence[tuple[int, int, int]] = ()) -> Evidence:
         """parts: the document's parts as units (first, last, tokens), when it is read in more than one."""
         spans = tuple(offsets(document, first, last) for first, last, _ in parts) if len(parts) > 1 else ()
-        return cls(document, rank(document.text, question), spans, document, (0, len(document.text)))
+        return cls(document, rank(document.text, question), document, spans)
 
     def on(self, read: Document) -> Evidence:
         """This evidence for an answer from `read`'s cache (the document, or the part of it read for the question)."""
-        return replace(self, read=read, span=read.span)
+        return replace(self, read=read)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """Where what was read lies in the document's text."""
+        return self.read.span
 
     def route(self, *, current: int = 0, ready: Collection[int] = ()) -> Routed:
         """The part the question goes to, and another that matches it too (kvqa.evidence.routing.route: by the
