@@ -165,8 +165,7 @@ def reader_for(model: str, reason: Message, text: str, *, cache_dir, page_lang: 
     if current is None or getattr(reason, "key", None) in PINNED:
         return None
     why = None if current.chinese else chinese_reason(text, page_lang=page_lang, questions=questions)
-    better = next((m for m in installed_models(cache_dir) if m.chinese), None)
-    if why is not None and better is not None:
+    if why is not None and (better := next((m for m in installed_models(cache_dir) if m.chinese), None)):
         return better.name, Message(why, model=current.name)
     whole = whole_reader(current, text, cache_dir=cache_dir, contexts=contexts)
     if whole is None:

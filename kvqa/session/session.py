@@ -207,7 +207,7 @@ class Session:
         evidence = Evidence.of(self.whole, asked.question, parts)
         self._also = None  # another part that matched it too: set when it is routed
         if self.recompute:
-            return evidence.on(self.document)
+            return evidence
         evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
         if evicted:
             self.prefilled = None
@@ -218,7 +218,7 @@ class Session:
             asked.on_part(self.prefilled)
         elif evicted and asked.on_rebuild is not None:
             asked.on_rebuild(self.prefilled)
-        return evidence.on(self.document)
+        return evidence
 
     # ---- a long document's parts: the one a question goes to, and the others read ahead
 
