@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
     flags = ("model", "engine_url", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens",
-             "temperature", "repeat_stop", "draft_tokens", "compile", "weights")
+             "temperature", "repeat_stop", "draft_tokens", "compile", "weights", "gather_tokens")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -101,7 +101,11 @@ def _ask(args: argparse.Namespace) -> int:
                     print(piece, end="", flush=True)
             answer = pieces.answer
         turn, also = session.turns[-1], session.turns[-1].also
-        if also is not None:  # another part matched too: how to ask it there
+        if turn.composed is not None:  # answered from several parts' passages at once
+            print("kvqa: " + str(Message("answer.composed", parts=", ".join(map(str, turn.composed.numbers)),
+                                         tokens=turn.composed.tokens, seconds=turn.composed.seconds)),
+                  file=sys.stderr)
+        elif also is not None:  # another part matched too: how to ask it there
             print("kvqa: " + str(Message("cli.also", also=session.also_index + 1, parts=len(session.parts),
                                          flag="pages" if also.unit == "pages" else "chars", also_part=also.name,
                                          part=turn.part.name, range=f"{also.first}-{also.last}")), file=sys.stderr)
@@ -176,6 +180,10 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--draft-tokens", type=int, help="tokens guessed from the document and checked per step "
                      "(default 6; greedy answers stay the same)")
     ask.add_argument("--no-draft", action="store_true", help="decode one token per step (same as --draft-tokens 0)")
+    ask.add_argument("--gather-tokens", type=int,
+                     help="a long document read in parts: answer a question from its passages of every part read, "
+                          "composed into one cache of about this many tokens (approximate; e.g. 4096; default 0: "
+                          "from the one part that matches it)")
     ask.add_argument("--no-cache", action="store_true", help="recompute the whole prompt for every question")
     ask.add_argument("--no-store", action="store_true", help="neither restore the document's cache from the store "
                      "($KVQA_STORE_DIR) nor write it there")

@@ -44,6 +44,9 @@ class Decoding:
     #                                           step; 0: off
     rerank_passages: int = _setting(0, least=0)  # BM25's best passages for a question the model reorders before
     #                                              quoting; 0: off
+    gather_tokens: int = _setting(0, least=0)  # > 0: a question on a document read in parts is answered from its
+    #   passages of every part read, composed into one cache of about this many tokens (kvqa.session.gather), when
+    #   they lie in more than one part and the engine composes (approximate; off by default: docs/quality.md)
     quote_passages: int = _setting(1, least=0)  # the document's passages that best match a question, quoted in its
     #                                             turn; 0: none
     copy_bias: float = _setting(0.0, least=0)  # added to the logits of the tokens that copy the quoted passage (or

@@ -31,6 +31,17 @@ def part_dict(part: Part | None, document: Document) -> dict:
     return {"unit": unit_name(document), "first": 1, "last": unit_total(document)}
 
 
+def composed_dict(composed, document: Document) -> dict | None:
+    """A composed answer's cache (kvqa.session.gather.Composed) as JSON: the parts it was cut from, the passages it
+    held (characters of the document as loaded, 0-based, end exclusive), its tokens, how long composing took, and
+    that it is approximate (exact: false); None for an answer from one part or the whole."""
+    if composed is None:
+        return None
+    return {"parts": [part_dict(p, document) for p in composed.parts], "part_numbers": list(composed.numbers),
+            "held": [[start, end] for start, end, _ in composed.held], "tokens": composed.tokens,
+            "seconds": round(composed.seconds, 3), "exact": False}
+
+
 def parts_list(document: Document, parts: Sequence[tuple[int, int, int]]) -> list[dict]:
     """A document's parts (kvqa.session.parts.prefill_parts: first, last, tokens) as JSON, in its unit."""
     return [{"unit": unit_name(document), "first": a, "last": b, "tokens": tokens} for a, b, tokens in parts]
@@ -42,15 +53,16 @@ def document_dict(document: Document) -> dict:
 
 def answer_dict(question: str, text: str, timings: Timings, *, stop_reason: str, sources: Sequence[Source],
                 unsupported: Sequence[str], part: dict, also: dict | None = None, unquoted: Sequence[str] = (),
-                short: str = "") -> dict:
-    """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one)."""
+                short: str = "", composed: dict | None = None) -> dict:
+    """One answer as JSON (a serving engine's own count of cached prompt tokens added when it gave one). composed:
+    the parts its cache was composed of (composed_dict), None when one part (or the whole) answered."""
     t = timings
     return {"question": question, "answer": text, "short": short, "question_tokens": t.question_tokens,
             "new_tokens": t.new_tokens,
             "ttft_s": t.ttft_s, "answer_s": t.answer_s, "stop_reason": stop_reason,
             "sources": [source_dict(s) for s in sources], "unsupported": list(unsupported),
             "unquoted": list(unquoted), "part": part,
-            "also": also,
+            "also": also, "composed": composed,
             **({"cached_tokens": t.cached_tokens} if t.cached_tokens is not None else {})}
 
 
@@ -80,7 +92,8 @@ def session_dict(session) -> dict:
         "answers": [answer_dict(t.question, t.answer, t.timings, stop_reason=t.stop_reason, sources=t.sources,
                                 unsupported=t.unsupported, unquoted=t.unquoted, short=t.short,
                                 part=part_dict(t.part, source),
-                                also=part_dict(t.also, source) if t.also else None)
+                                also=part_dict(t.also, source) if t.also else None,
+                                composed=composed_dict(t.composed, source))
                     for t in session.turns],
     }
 

@@ -255,6 +255,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "median_answer_s": statistics.median(r["answer_s"] for r in rows),
             "median_wall_s": statistics.median(r["wall_s"] for r in rows), "reads": reads,
             "median_question_tokens": statistics.median(r.get("question_tokens", 0) for r in rows),
+            "composed": share("composed_parts") if all("composed_parts" in r for r in rows) else 0.0,
+            "median_composed_s": statistics.median([r["composed_s"] for r in rows if r.get("composed_s")] or [0.0]),
             "median_load_average": statistics.median(r.get("load_average", -1.0) for r in rows),
             "missed": missed(rows)}
 
@@ -308,6 +310,8 @@ def table(summary: dict[str, Any]) -> list[str]:
         lines.append(f"correct when both reached {s['correct_when_both']:.0%}, when not "
                      f"{s['correct_when_not_both']:.0%}; gold paragraphs quoted {s['gold_para_in_quote']:.0%}")
         lines.append(f"questions where a gold paragraph did not reach the model (cache or quote): {s['missed']}")
+        lines.append(f"answered from a composed cache {s.get('composed', 0.0):.0%} (cache: the runs it held), "
+                     f"composed in {s.get('median_composed_s', 0.0):.2f} s (median; parts restored included)")
     return lines
 
 
@@ -338,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None,
                         help="the model that reads and answers (default: kvqa's); the document is laid out in the "
                              "default model's tokens either way, so two models get the same text")
+    parser.add_argument("--gather-tokens", type=int, default=None,
+                        help="Decoding.gather_tokens: a question's passages of every part read, composed into one "
+                             "cache of about this many tokens (default: kvqa's); 0: the part it is routed to alone")
+    parser.add_argument("--read-ahead", action="store_true",
+                        help="read every part into the store before the first question (as the app's read-ahead "
+                             "does while the user reads), so that every part can be composed")
     parser.add_argument("--dry-run", action="store_true", help="lay out and route only: no answers")
     parser.add_argument("--json", type=Path, default=None, help="write settings, document, rows and summary here")
     parser.add_argument("--note", default="", help="free text kept in the JSON's settings (e.g. the commit run)")
@@ -370,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
     if args.model:
         settings["model"] = args.model
+    if args.gather_tokens is not None:
+        settings["gather_tokens"] = args.gather_tokens
     config = Config().replaced(store_dir=args.store, **settings)
     engine = make_engine(config, store=store_for(config))
     info = engine.load()
@@ -392,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             "order": args.order, "seed": args.seed, "yes_no_left_out": not args.keep_yes_no,
             "model": info.model, "device": info.device, "precision": info.precision,
             "max_new_tokens": config.limits.max_new_tokens, "quote_passages": config.decoding.quote_passages,
+            "gather_tokens": config.decoding.gather_tokens, "read_ahead": args.read_ahead,
             "quote_chars": config.decoding.quote_chars, "commit": commit_of(Path(kvqa.__file__).resolve().parent),
             "kvqa_at": str(Path(kvqa.__file__).resolve().parent), "note": args.note,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": f"{platform.node()} {platform.machine()}, "
@@ -411,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         spans_units, whole = reading.parts, reading.whole
     else:
         session.load(document)
+        if args.read_ahead:
+            print(f"# read ahead: {session.read_ahead()} parts in {time.perf_counter() - loaded:.0f} s", flush=True)
         spans_units = list(session.parts)
         whole = session.whole
     load_s = time.perf_counter() - loaded
@@ -448,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         answer = session.ask(Ask(item.question, on_part=switched.append)).answer
         wall = time.perf_counter() - wall
         turn = session.turns[-1]
-        cache_text = session.document.text
+        composed = turn.composed
+        cache_text = ("".join(whole.text[a:b] for a, b, _ in composed.held) if composed is not None
+                      else session.document.text)
         quoted = list(answer.quoted)
         sources = [s.text for s in answer.sources]
         read_index = session.part_index + 1
@@ -473,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
             one_reached=any(g["reached"] for g in gold_rows),
             both_in_cache=all(g["in_cache"] for g in gold_rows),
             both_in_cache_or_quote=all(g["in_cache"] or g["in_quote"] for g in gold_rows),
+            composed_parts=list(composed.numbers) if composed else None,
+            composed_s=round(composed.seconds, 3) if composed else None,
+            composed_tokens=composed.tokens if composed else None,
             read=session.origin if switched else "none", read_s=round(session.ready_s, 2) if switched else 0.0,
             ttft_s=round(answer.timings.ttft_s, 3), answer_s=round(answer.timings.answer_s, 3),
             wall_s=round(wall, 2), new_tokens=answer.timings.new_tokens, stop_reason=answer.stop_reason,
@@ -481,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
             quoted=quoted, sources=[{"text": s.text, "part": getattr(s, "part", None)} for s in answer.sources])
         rows.append(row)
         marks = lambda key: "".join("y" if g[key] else "n" for g in gold_rows)  # noqa: E731
-        print(f"{item.id[:10]:<10} {item.type:<10} {_parts(where):<10} {read_index:<4} {marks('in_cache'):<5} "
+        print(f"{item.id[:10]:<10} {item.type:<10} {_parts(where):<10} "
+              f"{('c' + str(len(composed.parts))) if composed else read_index:<4} {marks('in_cache'):<5} "
               f"{marks('in_quote'):<5} {marks('in_sources'):<5} {'y' if row['correct'] else 'n':<3} "
               f"{row['f1']:>4.2f} {row['ttft_s']:>5.2f} {row['read_s']:>5.1f} {row['read'][:1]}  "
               f"{json.dumps(answer.text[:60], ensure_ascii=False)}", flush=True)

@@ -11,6 +11,14 @@ how often the part routed to or the one named holds the answer, is printed too. 
 
     .venv/bin/python scripts/routing.py --squad 200423_covidQA.json --lang en
     .venv/bin/python scripts/routing.py --squad cmrc2018_trial.json --lang zh --min-tokens 20000
+
+--answer N also answers N questions of each document, evenly spread, as the app does (the default model with a
+temporary disk store, every part read ahead before the first question, so that a question's passages can be composed
+from every part: kvqa.session.gather), and reports how often the gold answer (its position, or its text) lies in what
+the answer was read from (the part, or the composed cache's runs), in the passage quoted to it, in its first source,
+and in the answer itself; how many answers were composed, and their median TTFT and composing time:
+
+    .venv/bin/python scripts/routing.py --squad xquad.en.json --docs 2 --answer 40
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="each article alone (those of at least --min-tokens), not several joined")
     parser.add_argument("--context", type=int, default=8192, help="the model's context in tokens")
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the default model's)")
+    parser.add_argument("--answer", type=int, default=0, metavar="N",
+                        help="also answer N questions of each document with the default model (see above)")
     args = parser.parse_args(argv)
 
     from transformers import AutoTokenizer
@@ -52,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prompt = count(system_text(""))  # what every read adds around its text: instructions, template
     room = args.context - config.limits.reserve_tokens - prompt - 32
-    rows = []
+    rows, answered = [], []
     for n, (text, asked) in enumerate(long_documents(args.squad, count, args.min_tokens, args.docs,
                                                                  single=args.single), start=1):
         document = document_from_text(text, name=f"{args.squad.stem}-long-{n}")
@@ -72,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         read = sum(tokens + prompt for _, _, tokens in parts) / (count(text) + prompt)
         rows.append({"doc": document.name, "tokens": count(text), "parts": len(parts), "questions": len(asked),
                      "routed_right": right, "named": named, "covered": covered, "read_ratio": read})
+        if args.answer:
+            answered += answers(document, asked[:: max(1, len(asked) // args.answer)][: args.answer])
         print(f"{document.name}: {rows[-1]['tokens']:,} tokens, {len(parts)} parts ({read:.3f}x the tokens of one "
               f"read), {right}/{len(asked)} questions routed to the part holding the answer", flush=True)
     total = sum(r["questions"] for r in rows)
@@ -83,7 +95,53 @@ def main(argv: list[str] | None = None) -> int:
           f"{covered / max(total, 1):.1%}; reading every part costs "
           f"{statistics.median(r['read_ratio'] for r in rows):.3f}x the tokens of one read (median; max "
           f"{max(r['read_ratio'] for r in rows):.3f}x)")
+    if answered:
+        n = len(answered)
+        share = lambda key: sum(r[key] for r in answered) / n  # noqa: E731
+        composed = [r for r in answered if r["composed"]]
+        print(f"{args.lang}: {n} questions answered: the gold in what the answer read (part or composed runs) "
+              f"{share('in_read'):.1%}, in it or the passage quoted {share('read_or_quote'):.1%}, in the first "
+              f"source {share('first_source'):.1%}, in the answer {share('correct'):.1%}; composed {len(composed)} "
+              f"(median TTFT {statistics.median(r['ttft_s'] for r in answered):.2f} s; composing "
+              f"{statistics.median([r['composed_s'] for r in composed] or [0.0]):.2f} s)")
     return 0
+
+
+def answers(document, asked: list[tuple[str, int, str]]) -> list[dict]:
+    """Each question answered as the app answers it (see the module), with where its gold answer reached."""
+    import tempfile
+
+    from kvqa.bench.squad import gold_in
+    from kvqa.cache.store import store_for
+    from kvqa.engines import make_engine
+    from kvqa.session.session import Session
+
+    with tempfile.TemporaryDirectory(prefix="kvqa-routing-store-") as folder:
+        config = Config().replaced(store_dir=Path(folder))
+        engine = make_engine(config, store=store_for(config))
+        session = Session(engine)
+        session.load(document)
+        session.read_ahead()
+        rows = []
+        for question, at, gold in asked:
+            answer = session.ask(question).answer
+            turn = session.turns[-1]
+            if turn.composed is not None:
+                in_read = any(a <= at and at + len(gold) <= b for a, b, _ in turn.composed.held)
+            else:
+                start, end = session.document.span
+                in_read = start <= at and at + len(gold) <= end
+            quoted = gold_in(" ".join(answer.quoted), [gold])
+            first = answer.sources[0] if answer.sources else None
+            rows.append({"in_read": in_read, "read_or_quote": in_read or quoted,
+                         "first_source": first is not None and first.start <= at < first.end,
+                         "correct": gold_in(answer.text, [gold]), "composed": turn.composed is not None,
+                         "ttft_s": answer.timings.ttft_s,
+                         "composed_s": turn.composed.seconds if turn.composed else 0.0})
+            print(f"  {'c' if rows[-1]['composed'] else 'p'} read {'y' if in_read else 'n'} quote "
+                  f"{'y' if quoted else 'n'} first {'y' if rows[-1]['first_source'] else 'n'} ok "
+                  f"{'y' if rows[-1]['correct'] else 'n'}  {question[:60]}", flush=True)
+        return rows
 
 
 if __name__ == "__main__":

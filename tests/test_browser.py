@@ -300,3 +300,43 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
             also.wait_for(state="hidden", timeout=60_000)  # asked there: nothing more to offer
     finally:
         context.close()
+
+
+def test_a_question_needing_two_parts_is_answered_from_both_composed_and_says_so(default_lm, browser, tmp_path):
+    """The same kind of PDF served with a store, so the other part is read ahead: a question about sections in both
+    parts is then answered from one cache composed of both parts' passages, and the answer says it is composed and
+    approximate (the page shows no error)."""
+    from fpdf import FPDF
+
+    from app import KvqaApp
+    from kvqa.cache.store import KVStore
+    from kvqa.config import config_from_env
+    from kvqa.engines.stored import StoredLocalEngine
+
+    pdf = FPDF()
+    pdf.set_font("helvetica", size=10)
+    sample = (ASSETS / "declaration-of-independence.md").read_text().replace("\u2014", "-")
+    for n in range(1, 17):
+        start = (n * 1200) % (len(sample) - 1200)
+        pdf.add_page()
+        pdf.multi_cell(0, 5, f"Notes for section {n}. The harbour master of section {n} is called Captain{n}x.\n\n"
+                             + sample[start: start + 1200])
+    path = tmp_path / "harbours.pdf"
+    path.write_bytes(bytes(pdf.output()))
+    config = config_from_env(os.environ).replaced(gather_tokens=4096)  # composing on (off by default)
+    engine = StoredLocalEngine(config, lm=dataclasses.replace(default_lm, context_length=4096),
+                               store=KVStore(tmp_path / "store", 2**30))
+    kvqa_app = KvqaApp(config, engine, models=[config.model])
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1400})
+    page = context.new_page()
+    try:
+        with served(kvqa_app.demo, kvqa_app) as server:
+            page.goto(server)
+            page.locator("#upload input[type=file]").set_input_files(str(path))
+            page.locator("#doc-status").get_by_text("parts ready: all").wait_for(state="attached", timeout=300_000)
+            answer = ask(page, "Who are the harbour masters of section 3 and section 15?", 0)
+            assert "Composed: the passages of parts 1, 2" in answer and "Approximate" in answer
+            assert "From pages" not in answer  # not one part's answer
+            assert not page.locator(".toast-wrap .error, .error-message").count()  # no error on the page
+    finally:
+        context.close()

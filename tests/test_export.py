@@ -20,7 +20,8 @@ from kvqa.ui.export import on_export
 CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document",
             "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
 ANSWER_KEYS = {"question", "answer", "short", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
-               "sources", "unsupported", "unquoted", "part", "also"}
+               "sources", "unsupported", "unquoted", "part", "also",
+               "composed"}
 PAGES = ["The harbour ferry leaves at nine every morning.", "渡轮每天早上九点从港口出发，票价十元。",
          "The lighthouse keeper's code word is pelican."]
 

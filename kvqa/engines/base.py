@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kvqa.documents.reading import Document
 from kvqa.model.offline import Stages
@@ -12,6 +12,9 @@ from kvqa.model.offline import Stages
 from ..config import Decoding
 from ..prompt import Prompt
 from ..results import AnswerStream, PrefilledDocument, QuestionTurn
+
+if TYPE_CHECKING:
+    from kvqa.generation.compose import Run
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class EngineInfo:
     exact_vs_recompute: bool  # a test proves greedy cached answers token-identical to a one-forward recompute
     guarantee: str  # (a kvqa.messages.Message) what is promised about answers in this precision, in a sentence or two
     keeps_caches: bool = False  # a disk store keeps what it reads: parts of a long document can be read ahead
+    composes: bool = False  # compose() joins the caches of parts read apart (kvqa.generation.compose)
     weights: str = ""  # the weights' form where this process holds them (kvqa.model.weights: fp32, int8); "": elsewhere
     weight_bytes: int = 0  # what they hold in memory
 
@@ -75,3 +79,12 @@ class Engine(Protocol):
 
     def count_tokens(self, text: str) -> int:
         """How many tokens the model reads for `text`."""
+
+    def cut(self, read: PrefilledDocument, spans: Sequence[tuple[int, int]]) -> list[Run]:
+        """The runs of a read's cache holding characters [start, end) of its text, copied out of it, to compose
+        (kvqa.generation.compose.cut). ModelError where info.composes is False."""
+
+    def compose(self, like: PrefilledDocument, runs: Sequence[Run], document: Document) -> PrefilledDocument:
+        """One cache holding the runs (cut from reads before), in order, without reading them again, in the template
+        of `like` (a read in memory; kvqa.generation.compose); `document` holds their text. ModelError where
+        info.composes is False."""

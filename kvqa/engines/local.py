@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kvqa.documents.reading import Document
+from kvqa.generation.compose import Run, composable, compose, cut, template
 from kvqa.generation.generate import answer_from_scratch, answer_on_cache, guarantee, prefill
 from kvqa.model.loading import LoadedModel, load_model
 from kvqa.model.offline import Stages
@@ -56,7 +57,7 @@ class LocalEngine:
                           cache_device=lm.device.type,
                           exact_vs_recompute=dtype == "float32" and lm.weights == "fp32" and lm.decode_step is None,
                           guarantee=guarantee(dtype, compiled=lm.decode_step is not None, weights=lm.weights),
-                          weights=lm.weights, weight_bytes=lm.weight_bytes)
+                          weights=lm.weights, weight_bytes=lm.weight_bytes, composes=composable(lm))
 
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)
@@ -76,3 +77,10 @@ class LocalEngine:
 
     def count_tokens(self, text: str) -> int:
         return len(self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+
+    def cut(self, read: PrefilledDocument, spans: Sequence[tuple[int, int]]) -> list[Run]:
+        return cut(self.lm, read, spans)
+
+    def compose(self, like: PrefilledDocument, runs: Sequence[Run], document: Document) -> PrefilledDocument:
+        head, tail = template(like)
+        return compose(self.lm, head, runs, tail, document, prompt=like.prompt, config=self.config)

@@ -40,6 +40,7 @@ from ..errors import (
     EngineRefused,
     EngineTimeout,
     EngineUnreachable,
+    ModelError,
     QuestionError,
 )
 from ..messages import Message
@@ -172,6 +173,14 @@ class RemoteEngine:
                 break
             keep += 1
         return keep
+
+    def cut(self, read, spans):
+        """Not here: the server keeps its own caches (info.composes is False)."""
+        raise ModelError("model.not_composable", model=self.info.model)
+
+    def compose(self, like, runs, document):
+        """Not here (cut)."""
+        raise ModelError("model.not_composable", model=self.info.model)
 
     def close(self) -> None:
         self._http.close()

@@ -27,6 +27,7 @@ import torch
 from kvqa.cache.restore import cache_key, restore
 from kvqa.cache.store import CacheKey, KVStore, text_sha256, weights_fingerprint
 from kvqa.documents.reading import Document
+from kvqa.errors import ModelError
 from kvqa.generation.generate import (
     answer_from_scratch,
     answer_on_cache,
@@ -304,6 +305,15 @@ class ZeroGPUEngine:
 
     def remembered(self, doc: PrefilledDocument, history: Sequence[tuple[str, str]], question: str) -> int:
         return self.local.remembered(doc, history, question)
+
+    def cut(self, read, spans):
+        """Not here: a ZeroGPU answer's caches cross to the GPU as store files, one document each (info.composes
+        is False)."""
+        raise ModelError("model.not_composable", model=self.info.model)
+
+    def compose(self, like, runs, document):
+        """Not here (cut)."""
+        raise ModelError("model.not_composable", model=self.info.model)
 
 
 def _gpu_dtype(config: Config):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
+from itertools import zip_longest
 
 import numpy as np
 
@@ -30,6 +31,8 @@ class Evidence:
     ranking: Ranking
     read: Document  # what the answer's cache holds (on()): the document, or a part of it
     parts: tuple[tuple[int, int], ...] = ()  # each part's [start, end) in the document's text; () when one part
+    held: tuple[tuple[int, int, int], ...] = ()  # a composed read: the runs of the document it holds, as [start,
+    #                                              end) in its text and the part (index) each was taken from
 
     @classmethod
     def of(cls, document: Document, question: str, parts: Sequence[tuple[int, int, int]] = ()) -> Evidence:
@@ -37,9 +40,39 @@ class Evidence:
         spans = tuple(offsets(document, first, last) for first, last, _ in parts) if len(parts) > 1 else ()
         return cls(document, rank(document.text, question), document, spans)
 
-    def on(self, read: Document) -> Evidence:
-        """This evidence for an answer from `read`'s cache (the document, or the part of it read for the question)."""
-        return replace(self, read=read)
+    def on(self, read: Document, held: Sequence[tuple[int, int, int]] | None = None) -> Evidence:
+        """This evidence for an answer from `read`'s cache: the document, the part of it read for the question, or
+        (held given) runs of several parts composed into one cache (gathered); held None keeps what it was."""
+        return replace(self, read=read, held=self.held if held is None else tuple(held))
+
+    def gathered(self, chars: int) -> list[tuple[int, int]]:
+        """The passages a question's composed cache holds, as [start, end) in the document's text, in its order: its
+        best-matching passages and, alternately, the passages that best name what the best BRIDGE_FROM of them name
+        (the second hop: Ranking.bridged), until `chars` characters. Each runs on over the blank space after it to
+        the next passage, so that runs join as paragraphs do."""
+        ranking = self.ranking
+        order = ranked_passages(ranking.scores)
+        hop = np.zeros(len(ranking.spans))
+        for i in order[:BRIDGE_FROM]:
+            hop = np.maximum(hop, ranking.bridged(i))
+        hops = [int(i) for i in np.argsort(-hop, kind="stable") if hop[i] > 0]
+        chosen, used = set(), 0
+        for i in (i for pair in zip_longest(order, hops) for i in pair if i is not None):
+            if i in chosen:
+                continue
+            start, end = self._run(i)
+            if used + end - start > chars:
+                break
+            chosen.add(i)
+            used += end - start
+        return [self._run(i) for i in sorted(chosen)]
+
+    def _run(self, i: int) -> tuple[int, int]:
+        """Passage i's [start, end), on over the blank space after it."""
+        spans, text = self.ranking.spans, self.ranking.text
+        start, end = spans[i]
+        after = spans[i + 1][0] if i + 1 < len(spans) else len(text)
+        return start, after if not text[end:after].strip() else end
 
     @property
     def span(self) -> tuple[int, int]:
@@ -79,6 +112,8 @@ class Evidence:
         holding = [n for n, (start, end) in enumerate(self.parts, start=1) if start <= offset < end]
         if not holding:
             return None
+        if self.held:  # a composed read: the part its run there was taken from
+            return next((part + 1 for start, end, part in self.held if start <= offset < end), holding[0])
         (start, end), read = self.span, lambda n: self.parts[n - 1][0] <= start and end <= self.parts[n - 1][1]
         return next((n for n in holding if read(n)), holding[0])
 
@@ -89,12 +124,14 @@ class Evidence:
         what the question's best passages name that the question does not (Ranking.bridged), with the question's own
         score as a tie-break. (passage number, text as quoted, score), at most two; () when the whole is read."""
         start, end = self.span
-        if not self.parts or (start, end) == (0, len(self.document.text)):
+        if not self.parts or (not self.held and (start, end) == (0, len(self.document.text))):
             return ()
+        held = self.held or ((start, end, 0),)
         ranking = self.ranking
         chosen = set(ranked_passages(ranking.scores)[:passages])
         outside = [i for i, (a, b) in enumerate(ranking.spans)
-                   if not start <= (a + b) // 2 < end and i not in chosen and ranking.text[a:b].strip()]
+                   if not any(s <= (a + b) // 2 < e for s, e, _ in held) and i not in chosen
+                   and ranking.text[a:b].strip()]
         if not outside or float(ranking.scores.max(initial=0.0)) <= 0:
             return ()
         best = float(ranking.scores.max())

@@ -124,6 +124,11 @@ class Parts:
         """'1-13, 13-25, 25-36'."""
         return ", ".join(f"{a}-{b}" for a, b, _ in self.spans)
 
+    def read_range(self, index: int) -> tuple[int, int] | None:
+        """The units part `index` was read as here (a part may be read a unit shorter: prefill_part), or None."""
+        first = self.spans[index][0]
+        return next(((a, b) for a, b in self.reads if a == first), None)
+
     def has(self, first: int) -> bool:
         """Whether the part starting at unit `first` was read (or restored) for this document."""
         return any(a == first for a, _ in self.reads)

@@ -28,6 +28,7 @@ from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ahead import SessionLock, read_ahead
 from kvqa.session.ask import ask, ask_without_cache
 from kvqa.session.caches import cache_for, fingerprint
+from kvqa.session.gather import Composed, Gathered, composed, gather
 from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed_notice
 from kvqa.timing import Timings
 
@@ -65,6 +66,8 @@ class Turn:
     follows: int = 0  # earlier turns of the conversation the question was read after (remember on)
     part: Part | None = None  # the part of a long document the answer came from (None: the document is one part)
     also: Part | None = None  # another part that matched the question too (kvqa.documents.parts.runner_up), if any
+    composed: Composed | None = None  # the parts whose passages the answer's cache was composed of (approximate),
+    #                                   when it was (kvqa.session.gather); None when one part (or the whole) answered
 
     @property
     def stopped(self) -> bool:
@@ -171,43 +174,48 @@ class Session:
             self._stop.clear()
             self.answering = True
             try:
-                evidence = self._ready_for(asked, index)
+                evidence, gathered = self._ready_for(asked, index)
+                read = gathered.prefilled if gathered is not None else self.prefilled
+                if gathered is not None:
+                    evidence = evidence.on(read.document, gathered.held)
                 question = asked.question
                 history, stop, turn = [], self._stop.is_set, nullcontext()
                 if not self.recompute:
                     if asked.remember and (history := self.history()):
-                        keep = self.engine.remembered(self.prefilled, history, question)
+                        keep = self.engine.remembered(read, history, question)
                         history = history[len(history) - keep:] if keep else []  # the latest turns that fit
-                    turn = self.prefilled.taken(should_stop=stop)  # another session sharing it may be answering
+                    turn = read.taken(should_stop=stop)  # another session sharing it may be answering
                 answering = (ask_without_cache(self.engine, self.document, question, evidence=evidence,
                                                should_stop=stop) if self.recompute else
-                             ask(self.engine, self.prefilled, question, history=history, evidence=evidence,
-                                 should_stop=stop))
+                             ask(self.engine, read, question, history=history, evidence=evidence, should_stop=stop))
                 with turn, answering as pieces:
                     yield from pieces  # closing this generator closes the answer: the cache rolls back now
                     result = pieces.answer
                 measured, same = None, None
                 if asked.baseline and not self.recompute and result.stop_reason != "stopped":
-                    recomputed = ask_without_cache(self.engine, self.document, question, history=history,
-                                                   evidence=evidence, prompt=self.prefilled.prompt).answer
+                    recomputed = ask_without_cache(self.engine, read.document, question, history=history,
+                                                   evidence=evidence, prompt=read.prompt).answer
                     measured, same = recomputed.timings, recomputed.token_ids == result.token_ids
                 self.turns.append(Turn(question, result.text, result.timings, baseline=measured, baseline_same=same,
                                        stop_reason=result.stop_reason, sources=result.sources, short=result.short,
                                        follows=len(history), unsupported=result.unsupported,
-                                       unquoted=result.unquoted, part=self.document.part, also=self._also))
+                                       unquoted=result.unquoted, part=self.document.part, also=self._also,
+                                       composed=composed(gathered, self.whole, self.parts)))
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
 
-    def _ready_for(self, asked: Ask, index: int | None) -> Evidence:
+    def _ready_for(self, asked: Ask, index: int | None) -> tuple[Evidence, Gathered | None]:
         """The question's evidence (scored once over the whole document: its part, quotes and sources), and the cache
         it is answered from: the part it is routed to (read or restored when it is not the one read), and the cache
-        rebuilt when it was evicted; asked.on_part or asked.on_rebuild says which happened. Recompute: no cache."""
+        rebuilt when it was evicted; asked.on_part or asked.on_rebuild says which happened. Recompute: no cache.
+        On a document in parts, its passages of every part read, composed into one cache (kvqa.session.gather),
+        when they lie in more than one."""
         parts = () if self.parts.pinned else self.parts.spans  # every part's passages, when in parts
         evidence = Evidence.of(self.whole, asked.question, parts)
         self._also = None  # another part that matched it too: set when it is routed
         if self.recompute:
-            return evidence
+            return evidence, None
         evicted = self.prefilled is None or (self.budget is not None and not self.budget.touch(self))
         if evicted:
             self.prefilled = None
@@ -218,7 +226,18 @@ class Session:
             asked.on_part(self.prefilled)
         elif evicted and asked.on_rebuild is not None:
             asked.on_rebuild(self.prefilled)
-        return evidence
+        return evidence, self._gathered(evidence, index)
+
+    def _gathered(self, evidence: Evidence, index: int | None) -> Gathered | None:
+        """The question's passages of every part read, composed (kvqa.session.gather), or None: one part answers."""
+        tokens = getattr(self.engine.options, "gather_tokens", 0)
+        if (len(self.parts) < 2 or self.parts.pinned or index is not None or not tokens
+                or not self.engine.info.composes):
+            return None
+        current = self.part_index
+        ready = self.parts.ready_indexes(current, stored=self.engine.info.keeps_caches)
+        return gather(self.engine, evidence, self.whole, self.parts, self.prefilled, current,
+                      tokens=min(tokens, len(self.prefilled.ids)), ready=ready)
 
     # ---- a long document's parts: the one a question goes to, and the others read ahead
 

@@ -161,6 +161,12 @@ TEXTS: dict[str, tuple[str, str]] = {
         "The pasted text is {chars:,} characters; the limit is {limit:,}. Paste the part you need.",
         "粘贴的文字有 {chars:,} 个字符，上限是 {limit:,}。请粘贴需要的部分。"),
     "answer.part": ("From {part}.", "出自{part}。"),
+    "answer.composed": ("Composed: the passages of parts {parts} that match the question ({tokens:,} tokens), their "
+                        "caches joined without reading them again in {seconds:.2f} s. Approximate: close to reading "
+                        "those passages together, not equal to it.",
+                        "拼接：第 {parts} 部分中与问题相符的段落（{tokens:,} 个词元），"
+                        "其缓存在 {seconds:.2f} 秒内直接拼接、未重新读入。"
+                        "近似：接近把这些段落一起读入的结果，但不完全相同。"),
     "question.nothing_to_ask_again": (
         "No other part matched the last question: ask a new one.",
         "没有其他部分与上一个问题相符：请提一个新问题。"),

@@ -32,8 +32,13 @@ def short_line(short: str, lang: str = "en") -> str:
     return f"<p class='kvqa-short'>{say('answer.short', lang, phrase=f'<b>{html.escape(short)}</b>')}</p>\n\n"
 
 
-def part_line(part, lang: str = "en") -> str:
-    """Under an answer from a document cut into parts: which part it came from."""
+def part_line(part, lang: str = "en", composed=None) -> str:
+    """Under an answer from a document cut into parts: which part it came from, or the parts its composed cache was
+    cut from (kvqa.session.gather.Composed), said to be approximate."""
+    if composed is not None:
+        numbers = ", ".join(str(number) for number in composed.numbers)
+        said = say("answer.composed", lang, parts=numbers, tokens=composed.tokens, seconds=composed.seconds)
+        return f"\n\n<sub class='kvqa-composed'>{said}</sub>"
     return f"\n\n<sub>{say('answer.part', lang, part=render(part.name, lang))}</sub>" if part is not None else ""
 
 
@@ -110,7 +115,8 @@ def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant",
-                         "content": short_line(turn.short, lang) + (turn.answer or "…") + part_line(turn.part, lang)
+                         "content": short_line(turn.short, lang) + (turn.answer or "…")
+                         + part_line(turn.part, lang, turn.composed)
                          + sources_block(turn.sources, lang, turn.unsupported, turn.unquoted)
                          + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
     return messages

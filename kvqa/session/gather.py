@@ -1,0 +1,85 @@
+"""A question on a long document answered from its evidence in every part at once: the passages
+Evidence.gathered chooses (its best ones and its second hop), cut from the caches of the parts that hold them (the
+part in memory, and the parts read before, restored from the store one at a time) and composed into one cache
+(Engine.compose) without reading any part again. Approximate: a run was read in its own part and never saw the runs
+composed before it (docs/quality.md says by how much); a question whose passages lie in one part is answered from
+that part, exactly. Decoding.gather_tokens sets how much the composed cache holds (0: never composed)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from kvqa.documents.parts import offsets, part_of, select
+from kvqa.documents.reading import Document, Part
+from kvqa.engines import Engine
+from kvqa.evidence.evidence import Evidence
+from kvqa.results import PrefilledDocument
+from kvqa.session.parts import Parts
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A question's composed cache, the runs of the document it holds ([start, end) in the whole text, the part
+    index each came from) and the parts composed (indexes, in order)."""
+
+    prefilled: PrefilledDocument
+    held: tuple[tuple[int, int, int], ...]
+    parts: tuple[int, ...]
+    seconds: float  # cutting the runs (the parts restored) and composing them
+
+
+def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, current: PrefilledDocument,
+           current_index: int, *, tokens: int, ready: Collection[int]) -> Gathered | None:
+    """The question's passages of every part to be had without reading one (current, in memory; `ready`, read
+    before), about `tokens` of them, composed into one cache; None when they lie in fewer than two parts (the
+    question's part then answers alone, exactly). A passage in a part not read yet is left out (its turn may quote
+    it: Evidence.elsewhere)."""
+    chars = tokens * len(whole.text) // max(sum(count for *_, count in parts), 1)
+    spans = {current_index: current.document.span}
+    for index in sorted(ready):
+        read = parts.read_range(index)
+        if index != current_index and read is not None:
+            spans[index] = offsets(whole, *read)
+    placed = []
+    for start, end in evidence.gathered(chars):
+        holding = [i for i, (a, b) in spans.items() if a <= start and end <= b]
+        if holding:
+            placed.append((start, end, current_index if current_index in holding else holding[0]))
+    used = tuple(sorted({part for *_, part in placed}))
+    if len(used) < 2:
+        return None
+    started = time.perf_counter()
+    cut = {}
+    for index in used:  # one part in memory at a time besides the current one
+        read = current if index == current_index else engine.prefill(select(whole, *parts.read_range(index)))
+        at = read.document.start
+        cut[index] = iter(engine.cut(read, [(a - at, b - at) for a, b, part in placed if part == index]))
+        del read
+    runs = [next(cut[part]) for *_, part in placed]
+    held = replace(whole, part=None, start=0, page_starts=(), pages=None)
+    prefilled = engine.compose(current, runs, held)
+    return Gathered(prefilled, tuple(placed), used, time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Composed:
+    """What a composed answer was answered from, for its Turn: the parts its cache was cut from (named), the runs of
+    the document it held ([start, end) in the whole text, the part index each came from), its tokens and how long
+    cutting and composing took (restoring the parts from the store included)."""
+
+    parts: tuple[Part, ...]
+    numbers: tuple[int, ...]  # the parts' numbers (1-based), as the status and the sources name them
+    held: tuple[tuple[int, int, int], ...]
+    tokens: int
+    seconds: float
+
+
+def composed(gathered: Gathered | None, whole: Document, parts: Parts) -> Composed | None:
+    """The Turn's account of a composed cache; None when none was composed."""
+    if gathered is None:
+        return None
+    return Composed(tuple(part_of(whole, *parts[index][:2]) for index in gathered.parts),
+                    tuple(index + 1 for index in gathered.parts), gathered.held, len(gathered.prefilled.ids),
+                    gathered.seconds)
