@@ -6,7 +6,7 @@ title its supporting facts name) and the first 4 distractors, block B the second
 neither block alone holds both hops). With the default model (SmolLM2-135M-Instruct; int8 weights on a CPU), one
 process, greedy, the app's settings otherwise, the question is asked (kvqa.session.ask on a LocalEngine) on:
 
-- composed: A and B each read alone (prefill), then joined by kvqa's compose(lm, [A, B], the document A + "\\n\\n" + B)
+- composed: A and B each read alone (prefill), then joined by kvqa's compose_reads(lm, [A, B], A + "\\n\\n" + B)
   without reading them again; its TTFT is compose's time plus the answer's TTFT;
 - fixed: the same join done here with the parts' edges taken from the template, not from the tokens the parts share
   (see below), and the blank line between the parts read on top of A before B is moved in, so that its ids are the
@@ -27,11 +27,12 @@ F1 (kvqa.bench.squad), TTFT, the cache's bytes (its reserve for one question and
 question's first answer token, whether the top-1 token is together's and KL(together || mode) of the two
 distributions (the question's turn as the answer read it, quotes included, on the mode's cache).
 
-Why "fixed": kvqa's compose takes the head and tail to keep as the tokens every part shares at its start and end. Parts
-that start alike ("## " here) or end alike (a final ".") share more than the template's tokens, so the composed cache
-drops the first part's last tokens and every next part's first ones, and there is no blank line between the parts:
-its ids are not the document's (for block texts ending "... name." and starting "## The ...": "... name The ..."). The
-"fixed" mode measures what a corrected compose would give; "composed" what the shipped one gives.
+Why "fixed": kvqa's compose until 3ec11dd took the head and tail to keep as the tokens every part shares at its start
+and end. Parts that start alike ("## " here) or end alike (a final ".") share more than the template's tokens, so the
+composed cache dropped the first part's last tokens and every next part's first ones: its ids were not the document's
+(for block texts ending "... name." and starting "## The ...": "... name The ..."). The figures below were made with
+that compose; since 3ec11dd it keeps the template's own head and tail (compose.edges), so "composed" loses no token,
+but it still joins the parts' texts with no blank line between them, which "fixed" reads.
 
 Data (not in git; HotpotQA, Yang et al. 2018, is CC BY-SA 4.0): HotpotQA's dev set, distractor setting, 500 questions
 drawn at random as the megagonlabs/RPT repository's first commit vendors them (github.com/megagonlabs/RPT commit
@@ -65,7 +66,7 @@ import kvqa
 from kvqa.bench.provenance import commit_of, cpu_name
 from kvqa.bench.squad import exact_match, gold_in, token_f1
 from kvqa.engines import LocalEngine
-from kvqa.generation.compose import compose, shift_keys
+from kvqa.generation.compose import compose_reads, shift_keys
 from kvqa.generation.generate import check_fits, run_chunks
 from kvqa.model.kv_cache import new_cache
 from kvqa.results import PrefilledDocument
@@ -177,7 +178,7 @@ def run_question(lm, engines, row, edges, config, args) -> dict[str, Any] | None
         b = timed("b", lambda: kvqa.prefill(lm, kvqa.document_from_text(text_b, name="B"), config=config))
         together = timed("together", lambda: kvqa.prefill(lm, whole, config=config))
         started = time.perf_counter()
-        composed = timed("composed", lambda: compose(lm, [a, b], whole, config=config))
+        composed = timed("composed", lambda: compose_reads(lm, [a, b], whole, config=config))
         compose_s = time.perf_counter() - started
         fixed = timed("fixed", lambda: compose_fixed(lm, a, b, together.ids, whole, edges, config))
         docs = {"composed": composed, "fixed": fixed, "together": together, "a": a, "b": b}
@@ -233,7 +234,7 @@ def time_joins(lm, row, repeat: int) -> dict[str, Any] | None:
     composed, together = [], []
     for _ in range(repeat):
         started = time.perf_counter()
-        compose(lm, [a, b], whole)
+        compose_reads(lm, [a, b], whole)
         composed.append(time.perf_counter() - started)
         started = time.perf_counter()
         read = kvqa.prefill(lm, whole)
