@@ -8,7 +8,6 @@ that part, exactly. Decoding.gather_tokens sets how much the composed cache hold
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from kvqa.documents.parts import offsets, part_of, select
@@ -31,11 +30,15 @@ class Gathered:
 
 
 def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, current: PrefilledDocument,
-           current_index: int, *, tokens: int, ready: Collection[int]) -> Gathered | None:
-    """The question's passages of every part to be had without reading one (current, in memory; `ready`, read
-    before), about `tokens` of them, composed into one cache; None when they lie in fewer than two parts (the
-    question's part then answers alone, exactly). A passage in a part not read yet is left out (its turn may quote
-    it: Evidence.elsewhere)."""
+           current_index: int) -> Gathered | None:
+    """The question's passages of every part to be had without reading one (current, in memory; those read before,
+    in the store), about engine.options.gather_tokens of them, composed into one cache; None when that is 0, the
+    engine cannot compose, a part is pinned, or they lie in fewer than two parts (the question's part then answers
+    alone, exactly). A passage in a part not read yet is left out (its turn may quote it: Evidence.elsewhere)."""
+    tokens = min(getattr(engine.options, "gather_tokens", 0), len(current.ids))
+    if len(parts) < 2 or parts.pinned or tokens <= 0 or not engine.info.composes:
+        return None
+    ready = parts.ready_indexes(current_index, stored=engine.info.keeps_caches)
     chars = tokens * len(whole.text) // max(sum(count for *_, count in parts), 1)
     spans = {current_index: current.document.span}
     for index in sorted(ready):

@@ -157,8 +157,9 @@ class Session:
         """Stream the answer from the document's cache and record the turn. If the cache was evicted it is rebuilt
         first (asked.on_rebuild). A document cut into parts answers from the part that matches the question best
         (unless one is pinned, or asked.part names one): when that is not the part read, it is read first (or
-        restored from the store; asked.on_part). Nothing runs until the stream is iterated; closing it early ends the
-        answer and frees the session at once."""
+        restored from the store; asked.on_part). With the engine's gather_tokens set, a question whose passages lie in
+        several parts read is answered from one cache composed of them instead (kvqa.session.gather; Turn.composed).
+        Nothing runs until the stream is iterated; closing it early ends the answer and frees the session at once."""
         asked = Ask(asked) if isinstance(asked, str) else asked
         if self.document is None:
             raise QuestionError("question.no_document")
@@ -226,18 +227,9 @@ class Session:
             asked.on_part(self.prefilled)
         elif evicted and asked.on_rebuild is not None:
             asked.on_rebuild(self.prefilled)
-        return evidence, self._gathered(evidence, index)
-
-    def _gathered(self, evidence: Evidence, index: int | None) -> Gathered | None:
-        """The question's passages of every part read, composed (kvqa.session.gather), or None: one part answers."""
-        tokens = getattr(self.engine.options, "gather_tokens", 0)
-        if (len(self.parts) < 2 or self.parts.pinned or index is not None or not tokens
-                or not self.engine.info.composes):
-            return None
-        current = self.part_index
-        ready = self.parts.ready_indexes(current, stored=self.engine.info.keeps_caches)
-        return gather(self.engine, evidence, self.whole, self.parts, self.prefilled, current,
-                      tokens=min(tokens, len(self.prefilled.ids)), ready=ready)
+        asked_part = index is not None  # a part asked for answers alone
+        return evidence, None if asked_part else gather(self.engine, evidence, self.whole, self.parts, self.prefilled,
+                                                        self.part_index)
 
     # ---- a long document's parts: the one a question goes to, and the others read ahead
 
