@@ -18,7 +18,7 @@ from every part: kvqa.session.gather), and reports how often the gold answer (it
 the answer was read from (the part, or the composed cache's runs), in the passage quoted to it, in its first source,
 and in the answer itself; how many answers were composed, and their median TTFT and composing time:
 
-    .venv/bin/python scripts/routing.py --squad xquad.en.json --docs 2 --answer 40
+    .venv/bin/python scripts/routing.py --squad xquad.en.json --docs 2 --answer 40 [--gather-tokens 4096]
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder (default: the default model's)")
     parser.add_argument("--answer", type=int, default=0, metavar="N",
                         help="also answer N questions of each document with the default model (see above)")
+    parser.add_argument("--gather-tokens", type=int, default=0,
+                        help="with --answer: compose each question's passages of every part into one cache of about "
+                             "this many tokens (kvqa.session.gather; default 0, off, as kvqa ships)")
     args = parser.parse_args(argv)
 
     from transformers import AutoTokenizer
@@ -83,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"doc": document.name, "tokens": count(text), "parts": len(parts), "questions": len(asked),
                      "routed_right": right, "named": named, "covered": covered, "read_ratio": read})
         if args.answer:
-            answered += answers(document, asked[:: max(1, len(asked) // args.answer)][: args.answer])
+            answered += answers(document, asked[:: max(1, len(asked) // args.answer)][: args.answer],
+                                gather_tokens=args.gather_tokens)
         print(f"{document.name}: {rows[-1]['tokens']:,} tokens, {len(parts)} parts ({read:.3f}x the tokens of one "
               f"read), {right}/{len(asked)} questions routed to the part holding the answer", flush=True)
     total = sum(r["questions"] for r in rows)
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def answers(document, asked: list[tuple[str, int, str]]) -> list[dict]:
+def answers(document, asked: list[tuple[str, int, str]], *, gather_tokens: int = 0) -> list[dict]:
     """Each question answered as the app answers it (see the module), with where its gold answer reached."""
     import tempfile
 
@@ -117,7 +121,7 @@ def answers(document, asked: list[tuple[str, int, str]]) -> list[dict]:
     from kvqa.session.session import Session
 
     with tempfile.TemporaryDirectory(prefix="kvqa-routing-store-") as folder:
-        config = Config().replaced(store_dir=Path(folder))
+        config = Config().replaced(store_dir=Path(folder), gather_tokens=gather_tokens)
         engine = make_engine(config, store=store_for(config))
         session = Session(engine)
         session.load(document)
