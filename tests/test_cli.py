@@ -43,7 +43,8 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     assert [a["question"] for a in result["answers"]] == ["What is the secret word?", "When does the museum open?"]
     for a in result["answers"]:
         assert set(a) == {"question", "answer", "short", "question_tokens", "new_tokens", "ttft_s", "answer_s",
-                          "stop_reason", "sources", "unsupported", "unquoted", "part", "also"}
+                          "stop_reason", "sources", "unsupported", "unquoted", "part", "also",
+                          "composed"}
         assert a["part"] == {"unit": "characters", "first": 1, "last": len(DOC)}
         assert isinstance(a["unsupported"], list)
         assert a["answer"] and 0 < a["ttft_s"] <= a["answer_s"] and a["new_tokens"] > 0
@@ -135,3 +136,13 @@ def test_a_chinese_document_is_read_by_the_model_that_reads_chinese(tmp_path):
                  "--model", "SmolLM2-135M-Instruct")
     assert named.returncode == 0 and json.loads(named.stdout)["model"] == "SmolLM2-135M-Instruct"
     assert "gemma-3-270m" in named.stderr  # the note names the model that reads Chinese
+
+
+def test_gather_tokens_reaches_the_config_and_a_negative_one_is_refused():
+    from kvqa.cli import _parser, config_from
+
+    args = _parser().parse_args(["ask", "doc.txt", "-q", "Why?", "--gather-tokens", "4096"])
+    assert config_from(args).decoding.gather_tokens == 4096
+    assert config_from(_parser().parse_args(["ask", "doc.txt", "-q", "Why?"])).decoding.gather_tokens == 0
+    refused = kvqa("ask", "-", "-q", "Why?", "--gather-tokens", "-1", stdin=DOC)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and refused.stderr.startswith("kvqa: ")
