@@ -138,3 +138,14 @@ def test_the_summary_says_why_a_gold_paragraph_did_not_reach_the_model():
                            "of those, in the sources after the answer": 2}
     assert summary["same_part"]["questions"] == 1 and summary["different_parts"]["questions"] == 3
     assert any(line.startswith("all") for line in multihop.table(summary))
+
+
+def test_the_summary_counts_composed_answers_and_their_composing_time():
+    composed = dict(composed_parts=[1, 3], composed_s=0.9, composed_tokens=3000)
+    alone = dict(composed_parts=None, composed_s=None, composed_tokens=None)
+    rows = [_result(True, False, **composed), _result(False, True, **composed | {"composed_s": 1.5}),
+            _result(False, False, **alone), _result(True, True, **alone)]
+    s = multihop.summarise(rows)
+    assert s["composed"] == 0.5 and s["median_composed_s"] == 1.2  # over the composed answers only
+    assert any("composed cache 50%" in line and "1.20 s" in line for line in multihop.table(multihop.summary_of(rows)))
+    assert multihop.summarise([_result(True, False)])["composed"] == 0.0  # rows of a run before composing
