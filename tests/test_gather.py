@@ -78,3 +78,23 @@ def test_a_composed_answer_says_so_under_it(lang, tiny_lm, tmp_path):
     shown = chat_messages(session, lang)[-1]["content"]
     assert "kvqa-composed" in shown and ("Approximate" in shown if lang == "en" else "近似" in shown)
     assert ("parts 1, 2" in shown) if lang == "en" else ("第 1, 2 部分" in shown)
+
+
+def test_a_budget_larger_than_the_context_composes_what_fits(tiny_lm, tmp_path):
+    session = read_ahead_session(tiny_lm, tmp_path, gather_tokens=10**6)  # more than the model reads at once
+    answer = session.ask(BOTH).answer
+    composed = session.turns[-1].composed
+    assert answer.used_cache and composed is not None and composed.tokens <= session.engine.info.context_tokens
+
+
+def test_runs_that_come_out_longer_than_the_context_leave_the_part_to_answer(tiny_lm, tmp_path, monkeypatch):
+    from kvqa.errors import DocumentTooLong
+
+    session = read_ahead_session(tiny_lm, tmp_path)
+
+    def too_long(*args, **kwargs):
+        raise DocumentTooLong("too_long.tokens", tokens=5000, limit=4000, context=4096, reserve=72, over=1000)
+
+    monkeypatch.setattr(session.engine, "compose", too_long)
+    answer = session.ask(BOTH).answer
+    assert answer.used_cache and answer.timings.new_tokens > 0 and session.turns[-1].composed is None

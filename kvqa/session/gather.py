@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from kvqa.documents.parts import offsets, part_of, select
 from kvqa.documents.reading import Document, Part
 from kvqa.engines import Engine
+from kvqa.errors import DocumentTooLong
 from kvqa.evidence.evidence import Evidence
 from kvqa.results import PrefilledDocument
 from kvqa.session.parts import Parts
@@ -35,7 +36,7 @@ def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, cu
     in the store), about engine.options.gather_tokens of them, composed into one cache; None when that is 0, the
     engine cannot compose, a part is pinned, or they lie in fewer than two parts (the question's part then answers
     alone, exactly). A passage in a part not read yet is left out (its turn may quote it: Evidence.elsewhere)."""
-    tokens = min(getattr(engine.options, "gather_tokens", 0), len(current.ids))
+    tokens = min(getattr(engine.options, "gather_tokens", 0), len(current.ids) * 9 // 10)  # room for the estimate
     if len(parts) < 2 or parts.pinned or tokens <= 0 or not engine.info.composes:
         return None
     ready = parts.ready_indexes(current_index, stored=engine.info.keeps_caches)
@@ -62,7 +63,10 @@ def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, cu
         del read
     runs = [next(cut[part]) for *_, part in placed]
     held = replace(whole, part=None, start=0, page_starts=(), pages=None)
-    prefilled = engine.compose(current, runs, held)
+    try:
+        prefilled = engine.compose(current, runs, held)
+    except DocumentTooLong:  # the runs came out longer than estimated: the part answers alone
+        return None
     return Gathered(prefilled, tuple(placed), used, time.perf_counter() - started)
 
 
