@@ -240,16 +240,10 @@ def test_the_source_on_its_page_and_the_conversation_downloaded(server, browser,
         context.close()
 
 
-def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_lm, browser, tmp_path):
-    """A 16-page PDF of about 4.5k tokens, served by an app whose model reads 4,096 tokens (the default model's
-    weights, its context declared shorter: the app plans parts from it, and reading a part takes a quarter of the time
-    of the 8,192 it reads) is cut into parts of whole pages; a question about page 15 is answered from the part that
-    holds it, the page says so, and the answer's first source is shown on page 15 of the whole document."""
+def harbours_pdf(tmp_path: Path) -> Path:
+    """A 16-page PDF of about 4.5k tokens: each page names its section's harbour master (Captain{n}x), then 1,200
+    characters of the Declaration of Independence."""
     from fpdf import FPDF
-
-    from app import KvqaApp
-    from kvqa.config import config_from_env
-    from kvqa.engines import LocalEngine
 
     sample = (ASSETS / "declaration-of-independence.md").read_text().replace("\u2014", "-")
     pdf = FPDF()
@@ -261,6 +255,19 @@ def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_l
                              + sample[start: start + 1200])
     path = tmp_path / "harbours.pdf"
     path.write_bytes(bytes(pdf.output()))
+    return path
+
+
+def test_a_pdf_longer_than_the_model_reads_answers_from_the_right_part(default_lm, browser, tmp_path):
+    """A 16-page PDF of about 4.5k tokens, served by an app whose model reads 4,096 tokens (the default model's
+    weights, its context declared shorter: the app plans parts from it, and reading a part takes a quarter of the time
+    of the 8,192 it reads) is cut into parts of whole pages; a question about page 15 is answered from the part that
+    holds it, the page says so, and the answer's first source is shown on page 15 of the whole document."""
+    from app import KvqaApp
+    from kvqa.config import config_from_env
+    from kvqa.engines import LocalEngine
+
+    path = harbours_pdf(tmp_path)
     config = config_from_env(os.environ)
     kvqa_app = KvqaApp(config, LocalEngine(config, lm=dataclasses.replace(default_lm, context_length=4096)),
                        models=[config.model])  # the default alone: no model that reads the PDF whole is offered
@@ -306,23 +313,12 @@ def test_a_question_needing_two_parts_is_answered_from_both_composed_and_says_so
     """The same kind of PDF served with a store, so the other part is read ahead: a question about sections in both
     parts is then answered from one cache composed of both parts' passages, and the answer says it is composed and
     approximate (the page shows no error)."""
-    from fpdf import FPDF
-
     from app import KvqaApp
     from kvqa.cache.store import KVStore
     from kvqa.config import config_from_env
     from kvqa.engines.stored import StoredLocalEngine
 
-    pdf = FPDF()
-    pdf.set_font("helvetica", size=10)
-    sample = (ASSETS / "declaration-of-independence.md").read_text().replace("\u2014", "-")
-    for n in range(1, 17):
-        start = (n * 1200) % (len(sample) - 1200)
-        pdf.add_page()
-        pdf.multi_cell(0, 5, f"Notes for section {n}. The harbour master of section {n} is called Captain{n}x.\n\n"
-                             + sample[start: start + 1200])
-    path = tmp_path / "harbours.pdf"
-    path.write_bytes(bytes(pdf.output()))
+    path = harbours_pdf(tmp_path)
     config = config_from_env(os.environ).replaced(gather_tokens=4096)  # composing on (off by default)
     engine = StoredLocalEngine(config, lm=dataclasses.replace(default_lm, context_length=4096),
                                store=KVStore(tmp_path / "store", 2**30))

@@ -3,14 +3,14 @@ the parts again.
 
 Each part was read as its own prompt: the template's head, the part's text, the template's tail (the end of the
 system turn). A composed cache is the template's head (every part's cache holds the same), then runs of the parts'
-text (`Piece`s: characters of a part, as the tokens that part's prompt holds them), each with its keys moved to its
-new positions through their rotation (rotary position embeddings: a key computed at position p and rotated by d is
-the key at p + d, what llama.cpp's context shift does) and its values as they are, then the tail read again on top,
-so its few tokens see every run. A run never saw the runs before it (it was read in its own part): the composed
-cache is close to reading the runs' text together, not equal to it (docs/quality.md measures how close). The head
-and tail are the template's own tokens (where two one-character documents' prompts agree), so a run is exactly its
-characters' tokens. Only caches of full-attention layers with plain rotary embeddings are composed (SmolLM2, Llama
-3.x); a model with sliding-window layers (Gemma 3) is refused with ModelError.
+text (`Run`s, `cut` from a part's cache: characters of its text, as the tokens its prompt holds them), each with its
+keys moved to its new positions through their rotation (rotary position embeddings: a key computed at position p
+and rotated by d is the key at p + d, what llama.cpp's context shift does) and its values as they are, then the tail
+read again on top, so its few tokens see every run. A run never saw the runs before it (it was read in its own
+part): the composed cache is close to reading the runs' text together, not equal to it (docs/quality.md measures how
+close). The head and tail are the template's own tokens (where two one-character documents' prompts agree), so a
+run is exactly its characters' tokens. Only caches of full-attention layers with plain rotary embeddings are
+composed (SmolLM2, Llama 3.x); a model with sliding-window layers (Gemma 3) is refused with ModelError.
 """
 
 from __future__ import annotations

@@ -20,14 +20,24 @@ from kvqa.session.parts import Parts
 
 
 @dataclass(frozen=True)
+class Composed:
+    """What a composed answer was answered from, for its Turn: the parts its cache was cut from (named), the runs of
+    the document it held ([start, end) in the whole text, the part index each came from), its tokens and how long
+    cutting and composing took (restoring the parts from the store included)."""
+
+    parts: tuple[Part, ...]
+    numbers: tuple[int, ...]  # the parts' numbers (1-based), as the status and the sources name them
+    held: tuple[tuple[int, int, int], ...]
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class Gathered:
-    """A question's composed cache, the runs of the document it holds ([start, end) in the whole text, the part
-    index each came from) and the parts composed (indexes, in order)."""
+    """A question's composed cache, and its account for the Turn."""
 
     prefilled: PrefilledDocument
-    held: tuple[tuple[int, int, int], ...]
-    parts: tuple[int, ...]
-    seconds: float  # cutting the runs (the parts restored) and composing them
+    composed: Composed
 
 
 def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, current: PrefilledDocument,
@@ -41,11 +51,8 @@ def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, cu
         return None
     ready = parts.ready_indexes(current_index, stored=engine.info.keeps_caches)
     chars = tokens * len(whole.text) // max(sum(count for *_, count in parts), 1)
-    spans = {current_index: current.document.span}
-    for index in sorted(ready):
-        read = parts.read_range(index)
-        if index != current_index and read is not None:
-            spans[index] = offsets(whole, *read)
+    ranges = {index: parts.read_range(index) for index in sorted(ready) if index != current_index}
+    spans = {current_index: current.document.span} | {i: offsets(whole, *r) for i, r in ranges.items() if r}
     placed = []
     for start, end in evidence.gathered(chars):
         holding = [i for i, (a, b) in spans.items() if a <= start and end <= b]
@@ -57,7 +64,7 @@ def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, cu
     started = time.perf_counter()
     cut = {}
     for index in used:  # one part in memory at a time besides the current one
-        read = current if index == current_index else engine.prefill(select(whole, *parts.read_range(index)))
+        read = current if index == current_index else engine.prefill(select(whole, *ranges[index]))
         at = read.document.start
         cut[index] = iter(engine.cut(read, [(a - at, b - at) for a, b, part in placed if part == index]))
         del read
@@ -67,26 +74,6 @@ def gather(engine: Engine, evidence: Evidence, whole: Document, parts: Parts, cu
         prefilled = engine.compose(current, runs, held)
     except DocumentTooLong:  # the runs came out longer than estimated: the part answers alone
         return None
-    return Gathered(prefilled, tuple(placed), used, time.perf_counter() - started)
-
-
-@dataclass(frozen=True)
-class Composed:
-    """What a composed answer was answered from, for its Turn: the parts its cache was cut from (named), the runs of
-    the document it held ([start, end) in the whole text, the part index each came from), its tokens and how long
-    cutting and composing took (restoring the parts from the store included)."""
-
-    parts: tuple[Part, ...]
-    numbers: tuple[int, ...]  # the parts' numbers (1-based), as the status and the sources name them
-    held: tuple[tuple[int, int, int], ...]
-    tokens: int
-    seconds: float
-
-
-def composed(gathered: Gathered | None, whole: Document, parts: Parts) -> Composed | None:
-    """The Turn's account of a composed cache; None when none was composed."""
-    if gathered is None:
-        return None
-    return Composed(tuple(part_of(whole, *parts[index][:2]) for index in gathered.parts),
-                    tuple(index + 1 for index in gathered.parts), gathered.held, len(gathered.prefilled.ids),
-                    gathered.seconds)
+    names = tuple(part_of(whole, *parts[index][:2]) for index in used)
+    return Gathered(prefilled, Composed(names, tuple(index + 1 for index in used), tuple(placed), len(prefilled.ids),
+                                        time.perf_counter() - started))

@@ -28,7 +28,7 @@ from kvqa.results import Answer, AnswerStream, PrefilledDocument
 from kvqa.session.ahead import SessionLock, read_ahead
 from kvqa.session.ask import ask, ask_without_cache
 from kvqa.session.caches import cache_for, fingerprint
-from kvqa.session.gather import Composed, Gathered, composed, gather
+from kvqa.session.gather import Composed, Gathered, gather
 from kvqa.session.parts import Parts, prefill_part, prefill_parts, routed_notice
 from kvqa.timing import Timings
 
@@ -178,7 +178,7 @@ class Session:
                 evidence, gathered = self._ready_for(asked, index)
                 read = gathered.prefilled if gathered is not None else self.prefilled
                 if gathered is not None:
-                    evidence = evidence.on(read.document, gathered.held)
+                    evidence = evidence.on(read.document, gathered.composed.held)
                 question = asked.question
                 history, stop, turn = [], self._stop.is_set, nullcontext()
                 if not self.recompute:
@@ -201,7 +201,7 @@ class Session:
                                        stop_reason=result.stop_reason, sources=result.sources, short=result.short,
                                        follows=len(history), unsupported=result.unsupported,
                                        unquoted=result.unquoted, part=self.document.part, also=self._also,
-                                       composed=composed(gathered, self.whole, self.parts)))
+                                       composed=gathered.composed if gathered is not None else None))
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it
