@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ModelError, QuestionError
+from .languages import CJK, asked_in_chinese, holds_chinese, in_chinese, mostly_chinese  # noqa: F401 (kvqa.languages)
 from .messages import Message
 
 MAX_QUESTION_CHARS = 20_000
@@ -34,7 +35,6 @@ INSTRUCTIONS = (
 # the instructions again after the document: +6 points in both languages (docs/quality.md); worked examples of the
 # answer's form there instead measured worse in both, and are not given
 REMINDER = "Answer each question from the document above, briefly, in the language of the question."
-CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 _DOC, _QUESTION = "kvqaDOCUMENTkvqa", "kvqaQUESTIONkvqa"  # placeholders that no template changes
 
 
@@ -46,38 +46,6 @@ def today() -> str:
 def system_text(document: str) -> str:
     """The system turn: instructions, then the document between tags, then the instructions again, briefly."""
     return f"{INSTRUCTIONS}\n\n<document>\n{document}\n</document>\n\n{REMINDER}"
-
-
-def in_chinese(question: str) -> bool:
-    """Whether a question is asked in Chinese (it has CJK ideographs): its turn and the reranker's frame follow."""
-    return CJK.search(question) is not None
-
-
-def asked_in_chinese(question: str) -> bool:
-    """Whether a question is asked in Chinese rather than quoting Chinese words: more CJK ideographs than words in
-    other letters ("Sky Movies和Sky Box office也包含什么可选音轨？" is; "What does 白茶 mean?" is not)."""
-    return len(CJK.findall(question)) > len(re.findall(r"[^\W\d_]+", CJK.sub(" ", question)))
-
-
-def mostly_chinese(text: str, *, sample: int = 4000) -> bool:
-    """Whether a document is mostly Chinese: CJK ideographs are at least a third of the letters of its first
-    `sample` characters (an English document quoting a few Chinese words is not)."""
-    cjk, letters = _cjk_and_letters(text[:sample])
-    return cjk > 0 and 3 * cjk >= letters
-
-
-def holds_chinese(text: str, *, share: float = 0.1, samples: int = 8, sample: int = 1000) -> bool:
-    """Whether a document holds Chinese passages a reader may ask about: CJK ideographs at least `share` of the
-    letters of `samples` stretches spread over it (an English manual quoting a few Chinese words does not)."""
-    step = max(len(text) // samples, 1)
-    spread = "".join(text[i: i + sample] for i in range(0, len(text), step)) if len(text) > samples * sample else text
-    cjk, letters = _cjk_and_letters(spread)
-    return letters > 0 and cjk >= share * letters
-
-
-def _cjk_and_letters(text: str) -> tuple[int, int]:
-    """How many CJK ideographs, and how many letters (ideographs included), the text has."""
-    return len(CJK.findall(text)), sum(c.isalpha() for c in text)
 
 
 def question_turn(question: str, quotes: Sequence[str] = ()) -> str:

@@ -24,6 +24,9 @@ os.environ["KVQA_STORE_MB"] = "0"
 # The suite proves float32's promises (answers token for token a recompute in one go) on float32 weights, in this
 # process and in the CLI and app it starts; tests/test_weights.py proves int8's, the CPU's default (kvqa.model.weights).
 os.environ["KVQA_WEIGHTS"] = "fp32"
+# The rules that choose a model are tested on the two small offline models, whose reads take seconds; the Qwen models'
+# choice and answers have their own tests (tests/test_qwen.py), which unset this.
+os.environ["KVQA_OFFLINE_MODELS"] = "SmolLM2-135M-Instruct,gemma-3-270m"
 
 # `make test` runs the suite in two worker processes (pytest-xdist); each worker's torch (and the CLI and app
 # processes it starts) then gets its share of the cores, so two workers do not fight over the same ones.

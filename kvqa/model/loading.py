@@ -22,14 +22,16 @@ from kvqa.model.kernels.int8_kernel import Int8Kernel
 from kvqa.model.kv_cache import unsupported_reason
 from kvqa.model.llama_step import LlamaStep, kernel_norms
 from kvqa.model.llama_step import supports as can_step
-from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model
+from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model, stored_form
 from kvqa.model.vocabulary import eos_ids
 from kvqa.model.weights import (
     Widening,
     cache_dtype,
     choose_weights,
     choose_widening,
+    dequantize,
     int8_group,
+    load_int8,
     quantize,
     weight_bytes,
 )
@@ -143,12 +145,46 @@ def _load(config: Config, *, progress: Stages) -> LoadedModel:
     progress(0.7, Message("load.weights", name=config.model))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
+        if stored_form(Path(source)) == "int8":
+            model = _load_int8_copy(Path(source), config.model, attn)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation=attn)
     except (OSError, ValueError, ImportError) as e:
         raise ModelError(_load_failure(config.model, e)) from None
     progress(0.9, Message("load.prepare", name=config.model))
     return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
                    compile=config.compile == "on", weights=config.weights)
+
+
+def _load_int8_copy(folder: Path, name: str, attn: str):
+    """An offline model's int8 copy (kvqa.model.offline, stored "int8"), built on the meta device and given the copy's
+    rows and scales as they are: no float32 matrix is made on the way (kvqa.model.weights.load_int8)."""
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    settings = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(settings, dtype=torch.float32, attn_implementation=attn)
+    load_int8(model, load_file(str(folder / "model.safetensors")), group=int8_group(name))
+    for parent in list(model.modules()):  # buffers made at construction (the rotary frequencies): made again here
+        for child_name, child in list(parent.named_children()):
+            if any(b.is_meta for b in child.buffers(recurse=False)) and hasattr(child, "config"):
+                setattr(parent, child_name, type(child)(config=child.config))
+    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if meta:
+        raise ModelError("model.copy_incomplete", missing=", ".join(meta[:3]))
+    model.generation_config = _generation_config(folder, model.generation_config)
+    return model
+
+
+def _generation_config(folder: Path, default):
+    """The copy's generation_config.json where it has one, else the model's default."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(folder)
+    except OSError:
+        return default
 
 
 def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: float | None = None,
@@ -166,6 +202,10 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
     if reason:
         raise ModelError("model.unsupported", name=name, reason=reason)
     model = model.to(device).eval().requires_grad_(False)  # inference only, whatever the thread's grad mode
+    if getattr(model.config, "kvqa_weights", None) == "int8":  # an int8 copy: widened where int8 does not run
+        dtype = choose_dtype("auto", device) if device.type != "cpu" else torch.float32
+        if choose_weights(weights, device, dtype, model=name, compile=compile) != "int8":
+            model = dequantize(model, dtype).to(device)
     weights = choose_weights(weights, device, next(model.parameters()).dtype, model=name, compile=compile)
     widening = widening or choose_widening(int8_group(name))
     quantize(model, weights, widening, kernel, group=int8_group(name))

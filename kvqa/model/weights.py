@@ -40,8 +40,11 @@ MEASURED_CPUS = ("AVX2", "AVX512")  # x86 vector units where int8 decoding was m
 # Models whose int8 answers on the real sets held the gold within 2 points of float32's (docs/quality.md): auto picks
 # int8 for these alone. Gemma 3 270M lost 2.4-5.7 points in Chinese with a scale a row; with a scale per 32 weights
 # (INT8_GROUPS) it held the gold in 146 held-out answers of 251 against float32's 144; others: not measured.
-INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct", "gemma-3-270m")
-# Models whose int8 weights keep a scale per run of this many weights of a row instead of one a row (int8_rows).
+INT8_KEEPS_ANSWERS = ("SmolLM2-135M-Instruct", "gemma-3-270m", "Qwen2.5-Coder-0.5B-Instruct",
+                      "Qwen2.5-Coder-1.5B-Instruct")
+# Models whose int8 weights keep a scale per run of this many weights of a row instead of one a row (int8_rows). Not
+# the Qwen2.5-Coder copies: with a scale a run, a long product widens every weight to float32 per prefill chunk (their
+# 1,705-token sample read at 16 tokens/s, 2026-12-07), where one a row multiplies in bfloat16 on CPUs that can.
 INT8_GROUPS: dict[str, int] = {"gemma-3-270m": 32}
 
 
@@ -113,20 +116,22 @@ class Linear(torch.nn.Module):
 
 
 class Int8Linear(torch.nn.Module):
-    """y = x W^T, W held as int8 rows (out, in) times a bfloat16 scale per row; products of fewer than
-    `widening.rows` input rows run through `kernel` (default: choose_kernel()), longer ones widen the rows first
-    (Widening)."""
+    """y = x W^T (+ b), W held as int8 rows (out, in) times a bfloat16 scale per row (or per run of a row), a bias kept
+    in float32; products of fewer than `widening.rows` input rows run through `kernel` (default: choose_kernel()),
+    longer ones widen the rows first (Widening)."""
 
     def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32,
-                 kernel: Int8Kernel | None = None):
+                 kernel: Int8Kernel | None = None, bias: torch.Tensor | None = None):
         super().__init__()
         self.register_buffer("rows", rows)
         self.register_buffer("scales", scales)
+        self.register_buffer("bias", bias)
         self.widening = widening
         self.kernel = kernel or choose_kernel()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return int8_product(self.rows, self.scales, self.widening, self.kernel, x)
+        y = int8_product(self.rows, self.scales, self.widening, self.kernel, x)
+        return y if self.bias is None else y + self.bias
 
     @property
     def in_features(self) -> int:
@@ -154,7 +159,7 @@ def product(linear: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """A bias-free linear layer's y = x W^T as a plain function, its weights looked up once: the written-out decode
     steps call some 200 a token, and a module call with its buffer lookups costs microseconds. Any other module as
     it is."""
-    if isinstance(linear, Int8Linear):
+    if isinstance(linear, Int8Linear) and linear.bias is None:
         return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel)
     if isinstance(linear, (Linear, torch.nn.Linear)) and getattr(linear, "bias", None) is None:
         return functools.partial(F.linear, weight=linear.weight)
@@ -219,7 +224,7 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
     """The model with its weights in `form` (in place): for int8, every Linear and the token embedding, a scale a row
     or (group) a scale a run of `group` weights of a row (int8_rows), their short products through `kernel` (default:
     choose_kernel()), their long ones widened as `widening` says (default: choose_widening(group))."""
-    if form == "fp32":
+    if form == "fp32" or getattr(model.config, "kvqa_weights", None) == form:
         return model
     widening = widening or choose_widening(group)
     kernel = kernel or choose_kernel()
@@ -231,18 +236,92 @@ def quantize(model: torch.nn.Module, form: str, widening: Widening | None = None
             raise ModelError("model.int8_width", layer=name, width=child.in_features)
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if isinstance(child, torch.nn.Linear) and child.bias is None and not (tied and child is head):
-                setattr(parent, name, Int8Linear(*int8_rows(child.weight, group), widening, kernel))
+            if isinstance(child, torch.nn.Linear) and not (tied and child is head):
+                bias = None if child.bias is None else child.bias.detach().float()
+                setattr(parent, name, Int8Linear(*int8_rows(child.weight, group), widening, kernel, bias))
     rows, scales = int8_rows(embedding.weight, group)
     model.set_input_embeddings(Int8Embedding(rows, scales, getattr(embedding, "embed_scale", None)))
     if tied:
         model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))  # one int8 matrix for both
+    _mark(model, form, widening, kernel, group)
+    return model
+
+
+def _mark(model: torch.nn.Module, form: str, widening: Widening, kernel: Int8Kernel, group: int | None) -> None:
+    """Record on the model's config the weights' form and how its products run (what cache_dtype() and products_of()
+    read)."""
     model.config.kvqa_weights = form
     model.config.kvqa_products = (f"{kernel} below {widening.rows} rows, {widening}"
                                   + (f", a scale per {group} weights" if group else ""))
     model.config.kvqa_cache_dtype = str(widening.cache).removeprefix("torch.")  # cache_dtype() reads it
     if widening.attention_apart:  # grouped_sdpa reads it from the attention's (text) config
         model.config.get_text_config(decoder=True).kvqa_attention_dtype = widening.attention_apart
+
+
+def int8_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """An int8 model's tensors to write (its rows, scales, biases and float32 parameters; a tied output layer left to
+    the embedding it shares), each contiguous: what load_int8 builds the model from again."""
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    tied = isinstance(head, Int8Linear) and head.rows.data_ptr() == embedding.rows.data_ptr()
+    return {name: tensor.contiguous() for name, tensor in model.state_dict().items()
+            if not (tied and name.startswith("lm_head."))}
+
+
+@torch.no_grad()
+def load_int8(model: torch.nn.Module, tensors: dict[str, torch.Tensor], *, group: int | None,
+              widening: Widening | None = None, kernel: Int8Kernel | None = None) -> torch.nn.Module:
+    """A model built on the meta device (no memory) given the tensors int8_state wrote: its linears and embedding
+    become Int8Linear / Int8Embedding over those rows and scales (no float32 matrix made), the rest assigned as they
+    are. The model comes back as quantize(model, "int8") would have made it."""
+    widening = widening or choose_widening(group)
+    kernel = kernel or choose_kernel()
+    embedding_name = next(name for name, module in model.named_modules() if module is model.get_input_embeddings())
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            full = f"{parent_name}.{name}" if parent_name else name
+            if isinstance(child, torch.nn.Linear) and f"{full}.rows" in tensors:
+                setattr(parent, name, Int8Linear(tensors.pop(f"{full}.rows"), tensors.pop(f"{full}.scales"), widening,
+                                                 kernel, tensors.pop(f"{full}.bias", None)))
+    rows, scales = tensors.pop(f"{embedding_name}.rows"), tensors.pop(f"{embedding_name}.scales")
+    model.set_input_embeddings(Int8Embedding(rows, scales, None))
+    if getattr(model.config, "tie_word_embeddings", False):
+        model.set_output_embeddings(Int8Linear(rows, scales, widening, kernel))
+    unexpected = model.load_state_dict(tensors, strict=False, assign=True).unexpected_keys
+    if unexpected:
+        raise ModelError("model.copy_incomplete", missing=", ".join(sorted(unexpected)[:3]))
+    _mark(model, "int8", widening, kernel, group)
+    return model
+
+
+@torch.no_grad()
+def dequantize(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The model with every int8 module widened back to float (`dtype`): for a device or a form int8 does not run in.
+    The weights are the int8 rows times their scales."""
+    if getattr(model.config, "kvqa_weights", None) != "int8":
+        return model
+    embedding = model.get_input_embeddings()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Int8Linear) and child is not model.get_output_embeddings():
+                linear = torch.nn.Linear(child.in_features, child.out_features, bias=child.bias is not None,
+                                         device="meta")
+                linear.weight = torch.nn.Parameter(widened(child.rows, child.scales, dtype), requires_grad=False)
+                if child.bias is not None:
+                    linear.bias = torch.nn.Parameter(child.bias.to(dtype), requires_grad=False)
+                setattr(parent, name, linear)
+    weight = torch.nn.Parameter(widened(embedding.rows, embedding.scales, dtype), requires_grad=False)
+    plain = torch.nn.Embedding(weight.shape[0], weight.shape[1], device="meta")
+    plain.weight = weight
+    model.set_input_embeddings(plain)
+    head = model.get_output_embeddings()
+    if isinstance(head, Int8Linear):
+        linear = torch.nn.Linear(head.in_features, head.out_features, bias=False, device="meta")
+        linear.weight = weight if getattr(model.config, "tie_word_embeddings", False) else torch.nn.Parameter(
+            widened(head.rows, head.scales, dtype), requires_grad=False)
+        model.set_output_embeddings(linear)
+    for name in ("kvqa_weights", "kvqa_products", "kvqa_cache_dtype"):
+        if hasattr(model.config, name):
+            delattr(model.config, name)
     return model
 
 

@@ -262,6 +262,13 @@ TEXTS: dict[str, tuple[str, str]] = {
     "load.convert": ("{name}, first use here only: converting its GGUF to float32 (under a minute on 2 cores; "
                      "later loads take seconds)",
                      "{name}，仅首次使用：把 GGUF 转换为 float32（双核不到一分钟；以后加载只需几秒）"),
+    "load.convert_int8": ("{name}, first use here only: converting its GGUF to int8 (a few minutes on 2 cores; later "
+                          "loads take seconds)",
+                          "{name}，仅首次使用：把 GGUF 转换为 int8（双核需几分钟；以后加载只需几秒）"),
+    "model.copy_incomplete": (
+        "The converted copy of the model lacks some weights ({missing}): delete its folder under the cache folder "
+        "and start again to convert it anew.",
+        "模型的转换副本缺少部分权重（{missing}）：请删除缓存文件夹中它的文件夹，再启动一次以重新转换。"),
     "load.write": ("{name}, first use here only: writing the converted copy", "{name}，仅首次使用：写入转换后的副本"),
     "load.weights": ("{name}: loading the weights", "{name}：加载权重"),
     "load.prepare": ("{name}: preparing the weights for this machine", "{name}：为本机准备权重"),
@@ -322,6 +329,13 @@ TEXTS: dict[str, tuple[str, str]] = {
     "reason.long_document": ("the document (about {tokens} tokens) is longer than {model} reads at once: this model "
                              "reads it whole",
                              "文档（约 {tokens} 个词元）超出 {model} 一次能读的长度：此模型能整篇读入"),
+    "reason.reads_language": ("the document or the question is in {language}, which {model} does not read",
+                              "文档或问题使用{language}，而 {model} 读不懂"),
+    "reason.better_model": ("it answers right more often than {model} ({language}; docs/quality.md)",
+                            "它比 {model} 答对得更多（{language}；见 docs/quality.md）"),
+    "reason.faster_model": ("the document (about {tokens} tokens) is long for {model} on this CPU: this faster model "
+                            "reads it",
+                            "文档（约 {tokens} 个词元）对在此 CPU 上运行的 {model} 来说太长：改由这个更快的模型读取"),
     "reason.no_cuda": ("no CUDA GPU here, so the small default model", "这里没有 CUDA GPU，所以用小的默认模型"),
     "reason.no_token": (
         "a CUDA GPU, but HF_TOKEN is not set, so not {model} (gated): set HF_TOKEN to a token with access to use it",
