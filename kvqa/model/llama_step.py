@@ -22,6 +22,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
+from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kernels.llama_layer import layers_in_c
@@ -30,11 +31,17 @@ from kvqa.model.kv_cache import KVCache
 from kvqa.model.weights import cache_dtype, fuse, product
 
 
+RMS_NORMS = (LlamaRMSNorm, Qwen2RMSNorm)  # the same arithmetic: x * rsqrt(mean(x^2) + eps) * w, in float32
+
+
 def supports(model, device: torch.device) -> bool:
-    """Llama-architecture models (SmolLM2, Llama 3.x) without projection biases, on the CPU."""
+    """Llama-architecture models (SmolLM2, Llama 3.x) without projection biases, and Qwen2 (Qwen2.5: Llama's layer
+    with query/key/value biases, added after the fused product) without its sliding window, on the CPU."""
     config = model.config
-    return (device.type == "cpu" and type(model).__name__ == "LlamaForCausalLM"
-            and not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False))
+    name = type(model).__name__
+    llama = name == "LlamaForCausalLM" and not getattr(config, "attention_bias", False)
+    qwen2 = name == "Qwen2ForCausalLM" and not getattr(config, "use_sliding_window", False)
+    return device.type == "cpu" and (llama or qwen2) and not getattr(config, "mlp_bias", False)
 
 
 @torch.no_grad()
@@ -122,7 +129,7 @@ def kernel_norms(model) -> None:
     their bits stay equal."""
     kernel = choose_rms_norm()
     for module in model.modules():
-        if type(module) is LlamaRMSNorm and kernel.takes(module.weight):
+        if type(module) in RMS_NORMS and kernel.takes(module.weight):
             module.forward = functools.partial(kernel.run, weight=module.weight, eps=module.variance_epsilon)
             module.kvqa_norm = kernel
 
@@ -138,7 +145,7 @@ def norm(module: torch.nn.Module):
     not in bfloat16, where the weight's product rounds differently); any other norm as it is."""
     if hasattr(module, "kvqa_norm"):
         return module.forward
-    if type(module) is LlamaRMSNorm and module.weight.dtype == torch.float32:
+    if type(module) in RMS_NORMS and module.weight.dtype == torch.float32:
         return functools.partial(F.rms_norm, normalized_shape=module.weight.shape, weight=module.weight,
                                  eps=module.variance_epsilon)
     return module

@@ -107,12 +107,13 @@ class Linear(torch.nn.Module):
     """y = x W^T on a float32 weight that may be a view of a larger matrix (kvqa.model.llama_step's fused
     projections)."""
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return F.linear(x, self.weight, self.bias)
 
 
 class Int8Linear(torch.nn.Module):
@@ -161,8 +162,8 @@ def product(linear: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     it is."""
     if isinstance(linear, Int8Linear) and linear.bias is None:
         return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel)
-    if isinstance(linear, (Linear, torch.nn.Linear)) and getattr(linear, "bias", None) is None:
-        return functools.partial(F.linear, weight=linear.weight)
+    if isinstance(linear, (Linear, torch.nn.Linear)):
+        return functools.partial(F.linear, weight=linear.weight, bias=getattr(linear, "bias", None))
     return linear
 
 
@@ -347,16 +348,21 @@ def weight_bytes(model: torch.nn.Module) -> int:
 def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
     """One module computing the linears' outputs side by side, from one matrix that holds their rows one under the
     other; each linear's rows become a view of it (nothing is held twice)."""
+    biases = [getattr(linear, "bias", None) for linear in linears]
+    bias = None if all(b is None for b in biases) else torch.cat(
+        [b if b is not None else torch.zeros(linear.weight.shape[0] if hasattr(linear, "weight") else
+                                             linear.out_features) for b, linear in zip(biases, linears)])
     if all(isinstance(linear, Int8Linear) for linear in linears):
         fused = Int8Linear(torch.cat([linear.rows for linear in linears]),
-                           torch.cat([linear.scales for linear in linears]), linears[0].widening, linears[0].kernel)
+                           torch.cat([linear.scales for linear in linears]), linears[0].widening, linears[0].kernel,
+                           bias)
         start = 0
         for linear in linears:
             n = linear.out_features
             linear.rows, linear.scales = fused.rows[start: start + n], fused.scales[start: start + n]
             start += n
         return fused
-    fused = Linear(torch.cat([linear.weight for linear in linears]))
+    fused = Linear(torch.cat([linear.weight for linear in linears]), bias)
     start = 0
     for linear in linears:
         n = linear.weight.shape[0]

@@ -65,8 +65,8 @@ def library():
 def _matrix(linear) -> Matrix | None:
     """An int8 linear layer (kvqa.model.weights.Int8Linear) as C reads it, or None where it is not one C can run."""
     rows, scales, kernel = (getattr(linear, name, None) for name in ("rows", "scales", "kernel"))
-    if rows is None or scales is None or getattr(kernel, "address", None) is None:
-        return None
+    if rows is None or scales is None or getattr(kernel, "address", None) is None or linear.bias is not None:
+        return None  # a bias (Qwen2's q/k/v) is not added in C: the step's loop in PyTorch runs such a model
     n, k = rows.shape
     run = k // scales.shape[1] if scales.dim() == 2 else k
     if (rows.dtype != torch.int8 or scales.dtype != torch.bfloat16 or not rows.is_contiguous()
