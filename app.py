@@ -138,8 +138,8 @@ class KvqaApp:
         """The page's events, each to its handler."""
         page, reads, questions = self.page, self.reads, self.questions
         private = dict(api_visibility="private")
-        page.ahead_timer.tick(self.status.on_tick, [page.state, page.lang], [page.status, page.ahead_timer],
-                              **private)
+        page.ahead_timer.tick(self.status.on_tick, [page.state, page.lang],
+                              [page.state, page.status, page.ahead_timer], **private)
         shown, lang = page.shown, page.lang
         # each read is announced at once (questions asked before it begins wait for it too), then read in turn
         announce = dict(fn=reads.on_read_asked, inputs=None, outputs=None, concurrency_limit=None, **private)

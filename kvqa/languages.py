@@ -17,6 +17,7 @@ _HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")
 _ARABIC = re.compile(r"[\u0600-\u06ff]")
 _WORD = re.compile(r"[^\W\d_]+")
+SHORT = 400  # characters: a text this short is told by its words (a question), a longer one by its letters' shares
 
 NAMES = {"en": "English", "zh": "Chinese", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
          "pt": "Portuguese", "nl": "Dutch", "ru": "Russian", "ja": "Japanese", "ko": "Korean", "vi": "Vietnamese",
@@ -84,8 +85,8 @@ def language_of(text: str, *, sample: int = 4000) -> str:
         return "ja"
     if 3 * len(_HANGUL.findall(head)) >= letters:
         return "ko"
-    if mostly_chinese(head) or (len(head) < 400 and asked_in_chinese(head)):
-        return "zh"
+    if asked_in_chinese(head) if len(head) < SHORT else mostly_chinese(head):  # a question by its words (a tie of
+        return "zh"  #                                                            ideographs and words is not Chinese)
     for code, script in (("ru", _CYRILLIC), ("ar", _ARABIC)):
         if 3 * len(script.findall(head)) >= letters:
             return code

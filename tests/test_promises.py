@@ -131,9 +131,6 @@ def test_a_question_with_as_many_chinese_words_as_others_is_not_chinese(lineup):
                                                                              "reason.question_chinese")
 
 
-@pytest.mark.xfail(strict=True, reason="kvqa.languages.language_of calls a short question Chinese when its "
-                   "ideographs are a third of its letters (mostly_chinese) before asked_in_chinese's rule is asked: a "
-                   "tie of short words switches the model (found 2026-12-07, docs/testing.md)")
 def test_a_short_question_with_as_many_chinese_words_as_others_is_not_chinese_either(lineup):
     config = lineup(ENGLISH_MODEL, CHINESE_MODEL)
     tied = "Is 白茶 ok?"  # two ideographs, two English words

@@ -1,4 +1,4 @@
-"""The Qwen2.5-Coder models offline (issue 79): their int8 copies written once and read back as the model that wrote
+"""The Qwen2.5-Coder models offline: their int8 copies written once and read back as the model that wrote
 them, biases kept in float32; int8 answers from the cache bit for bit a recompute in the same chunks on the Qwen2
 architecture; the rule that picks the best installed model reading the document's and the question's languages (the
 1.5B, or on a CPU the 0.5B for a long document); and, slow, the real models through `kvqa ask`."""

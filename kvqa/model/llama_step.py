@@ -30,7 +30,6 @@ from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import KVCache
 from kvqa.model.weights import cache_dtype, fuse, product
 
-
 RMS_NORMS = (LlamaRMSNorm, Qwen2RMSNorm)  # the same arithmetic: x * rsqrt(mean(x^2) + eps) * w, in float32
 
 

@@ -138,22 +138,6 @@ def estimated_tokens(text: str) -> int:
     return cjk + (len(text) - cjk) // CHARS_PER_TOKEN
 
 
-def whole_reader(current: OfflineModel, text: str, *, cache_dir,
-                 contexts: Mapping[str, int] | None = None) -> OfflineModel | None:
-    """The installed offline model whose context holds the whole document where `current`'s does not (it would read
-    it in parts), among those that read its language; None when `current` holds it, or none does. contexts: the
-    context of models already loaded, by name (else each model's own, OfflineModel.context). On two-hop questions over
-    a 25k-token knowledge base, Gemma 3 270M reading it whole beat SmolLM2 reading it in parts on HotpotQA's exact
-    match and F1 (docs/quality.md)."""
-    contexts = contexts or {}
-    need = estimated_tokens(text) + ROOM_AROUND
-    if need <= contexts.get(current.name, current.context):
-        return None
-    languages = set(languages_needed(text))
-    return next((m for m in installed_models(cache_dir) if m is not current and languages <= set(m.languages)
-                 and need <= contexts.get(m.name, m.context)), None)
-
-
 def reader_for(model: str, reason: Message, text: str, *, cache_dir, page_lang: str | None = None,
                questions: Sequence[str] = (), contexts: Mapping[str, int] | None = None,
                cuda: bool = False) -> tuple[str, Message] | None:
@@ -214,10 +198,10 @@ def reading_model(config, text: str, *, page_lang: str | None = None, questions:
     if config.remote.engine_url:
         return None
     return reader_for(config.model, config.model_reason, text, cache_dir=config.cache_dir, page_lang=page_lang,
-                      questions=questions, contexts=contexts, cuda=_cuda(config.device))
+                      questions=questions, contexts=contexts, cuda=on_cuda(config.device))
 
 
-def _cuda(device: str) -> bool:
+def on_cuda(device: str) -> bool:
     """Whether the model runs on a CUDA GPU (the device named, or found)."""
     if device != "auto":
         return device.startswith("cuda")

@@ -33,10 +33,13 @@ from kvqa.documents.reading import (
 from kvqa.documents.uploads import Uploads
 from kvqa.engines import Engine, make_engine
 from kvqa.errors import KvqaError, QuestionError
+from kvqa.languages import language_of
 from kvqa.messages import Message, render, say
-from kvqa.model.presets import reading_model, unread_question
+from kvqa.model.offline import OfflineModel, offline_model
+from kvqa.model.presets import estimated_tokens, on_cuda, reading_model, unread_question
 from kvqa.session.limits import ClientSessions, client_of
 from kvqa.session.session import Session
+from kvqa.session.takeover import TakeOver, read_behind, stand_in_for
 from kvqa.timing import ReadCosts
 
 log = logging.getLogger("kvqa.app")
@@ -53,6 +56,8 @@ class Notes:
     reading_ahead: bool = False  # its long document's other parts are being read in the background now
     picked: bool = False  # its model was chosen in the list of models: the documents it reads keep it
     model_reason: Message | None = None  # why its model reads it, when the document's language chose it
+    take_over: TakeOver | None = None  # a better model reading its document behind it (kvqa.session.takeover)
+    took_over: str | None = None  # the stand-in this session took over from, once it did
 
 
 class Service:
@@ -155,22 +160,26 @@ class Service:
             return None
 
     def read(self, document: Document, session: Session | None, request, progress: Progress, *,
-             part: Part | None = None, lang: str = "en") -> tuple[Session, bool]:
+             part: Part | None = None, lang: str = "en", choose: bool = True) -> tuple[Session, bool]:
         """Read the document (or its part) into the session, saying first how big it is and, once this model has
         read something here, about how long the read will take; the read's rate then feeds the next estimate. When
         the document's language calls for another model (kvqa.model.presets.reading_model) and none was chosen in the
-        list, a new session on that model reads it; the old one is closed only once the read succeeded."""
+        list (`choose`), a new session on that model reads it; the old one is closed only once the read succeeded.
+        Where that model's read would keep the reader waiting on a CPU, a faster one reads first and answers while
+        it reads behind (kvqa.session.takeover)."""
         if session is None:  # the first model loads with the first document: its stages shown (a conversion once)
             self.load_engine(self.engine, self.config.model, lang, progress)
         session = self.new_session(session, request)
-        reader = self.reader_session(session, document, request, lang, progress)
+        reader, take = (self.reader_session(session, document, request, lang, progress) if choose
+                        else (session, None))
         if reader is not session:
             try:
-                loaded = self.read(document, reader, request, progress, part=part, lang=lang)
+                loaded = self.read(document, reader, request, progress, part=part, lang=lang, choose=False)
             except BaseException:
                 reader.close()
                 raise
             session.close()
+            self.behind(loaded[0], take if loaded[1] else None)
             return loaded
         progress(0, desc=say("progress.reading", lang))
         before, estimate = self.before_reading(session.engine, document if part is None else
@@ -189,24 +198,82 @@ class Service:
             if doc is not None and session.origin == "prefill":
                 notes.estimate = estimate
                 self.read_costs.learn(session.engine.info.model, doc.tokens, ticks)
+            if choose:
+                self.behind(session, take)
         return session, changed
 
     def reader_session(self, session: Session, document: Document, request, lang: str,
-                       progress: Progress) -> Session:
+                       progress: Progress) -> tuple[Session, TakeOver | None]:
         """The session to read `document` in: this one, or a new one on the offered model that reads the document's
-        language (loaded first), unless the model was chosen in the list or named when kvqa started."""
+        language (loaded first), unless the model was chosen in the list or named when kvqa started; and, where
+        that model's read would keep the reader waiting on this CPU, the TakeOver of that model reading behind a
+        faster one, whose session this then is."""
         if self.notes(session).picked:
-            return session
+            return session, None
         reader = reading_model(self.config, document.text, page_lang=lang, contexts=self.contexts())
         model = reader[0] if reader and reader[0] in self.models else self.config.model
-        engine = self.engine_for(model)
+        why = reader[1] if reader and model == reader[0] else None
+        take = self.stand_in(model, why, document)
+        first = take.stand_in if take else model
+        engine = self.engine_for(first)
         if engine is session.engine:
-            return session
-        self.load_engine(engine, model, lang, progress)
+            return session, take
+        self.load_engine(engine, first, lang, progress)
         fresh = self.new_session(None, request, engine=engine)
-        if reader and model == reader[0]:
-            self.notes(fresh).model_reason = reader[1]
+        if why and not take:
+            self.notes(fresh).model_reason = why
+        return fresh, take
+
+    def read_seconds(self, model: OfflineModel, tokens: int) -> float:
+        """About how long `model` takes here to read `tokens`: from its latest read here, else from its measured rate
+        on a 2-core CPU (OfflineModel.cpu_rate)."""
+        return self.read_costs.estimate(model.name, tokens) or tokens / model.cpu_rate
+
+    def stand_in(self, model: str, why: Message | None, document: Document) -> TakeOver | None:
+        """The read of `model` behind a faster offered model (kvqa.session.takeover.stand_in_for), or None."""
+        stand_in = stand_in_for(model, document.text, cache_dir=self.config.cache_dir, offered=self.models,
+                                seconds=self.read_seconds, cuda=on_cuda(self.config.device))
+        if stand_in is None:
+            return None
+        estimate = self.read_seconds(offline_model(model), estimated_tokens(document.text))
+        return TakeOver(model, why or self.config.model_reason, stand_in, estimate=estimate)
+
+    def behind(self, session: Session, take: TakeOver | None) -> None:
+        """Start the read of `take`'s better model behind the session (its stand-in), or record that none runs."""
+        notes = self.notes(session)
+        notes.take_over, session.behind = take, take.model if take else None
+        if take is None:
+            return
+        notes.model_reason = Message("reason.stand_in", model=take.model, seconds=take.estimate or 0)
+
+        def make_session() -> Session:
+            engine = self.engine_for(take.model)
+            engine.load()
+            return self.clients.open(session.client, lambda: Session(engine, self.budget, client=session.client,
+                                                                       shared=self.shared))
+
+        threading.Thread(target=read_behind, args=(take, session, make_session), name="kvqa-read-behind",
+                         daemon=True).start()
+
+    def take_over(self, session: Session | None) -> Session | None:
+        """The session to go on in: the better model's, once its read behind this one is done (the turns carried
+        over, this one closed), else this one. The same answer to every caller."""
+        take = self.notes(session).take_over if session is not None else None
+        if take is None or not take.ready or session.answering:
+            return session
+        with self._budget_lock:
+            fresh = take.session
+            if not session.closed:
+                fresh.carry_turns(session)
+                notes = self.notes(fresh)
+                notes.model_reason, notes.took_over = take.reason, take.stand_in
+                session.close()
         return fresh
+
+    def behind_of(self, session: Session | None) -> TakeOver | None:
+        """The better model's read behind the session, while it runs or failed (not once taken over)."""
+        take = self.notes(session).take_over if session is not None else None
+        return take if take is not None and not (take.ready and session.closed) else None
 
     def question_reader(self, session: Session | None, question: str) -> tuple[str, Message] | None:
         """The offered model (and why) to answer `question` with when the session's model does not read its language
@@ -216,6 +283,9 @@ class Service:
         if session is None or session.whole is None:
             return None
         model = self.model_of(session)
+        current = offline_model(model)
+        if current is not None and language_of(question) in current.languages:
+            return None  # it reads the question: a better model is chosen when a document is read, not mid-chat
         reason = Message("reason.app") if self.notes(session).picked else self.reason(session)
         reader = reading_model(self.config.replaced(model=model, model_reason=reason), session.whole.text,
                                questions=[question], contexts=self.contexts())
@@ -256,7 +326,11 @@ class Service:
         self.notes(fresh).picked = True
         if session is not None and session.whole is not None:
             again = say("progress.reading_again", lang)
-            fresh.load(session.whole, progress=lambda f: progress(f, desc=again))
+            try:
+                fresh.load(session.whole, progress=lambda f: progress(f, desc=again))
+            except BaseException:
+                fresh.close()
+                raise
         return fresh
 
     def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
@@ -295,3 +369,9 @@ class Service:
     def reading_ahead(self, session: Session | None) -> bool:
         """Whether the session's parts are being read ahead now."""
         return session is not None and self.notes(session).reading_ahead
+
+    def busy_behind(self, session: Session | None) -> bool:
+        """Whether something is read in the background for the session (its parts, or a better model's read behind
+        it not yet taken over): the page's status refreshes meanwhile."""
+        take = self.behind_of(session)
+        return self.reading_ahead(session) or (take is not None and (not take.done.is_set() or take.ready))

@@ -68,6 +68,9 @@ class Turn:
     also: Part | None = None  # another part that matched the question too (kvqa.documents.parts.runner_up), if any
     composed: Composed | None = None  # the parts whose passages the answer's cache was composed of (approximate),
     #                                   when it was (kvqa.session.gather); None when one part (or the whole) answered
+    model: str = ""  # the model that answered
+    behind: str | None = None  # the better model that was reading the document behind it, if it answered meanwhile
+    #                            (kvqa.session.takeover)
 
     @property
     def stopped(self) -> bool:
@@ -98,6 +101,8 @@ class Session:
         self._conversation_start = 0  # index in turns where the current conversation began
         self._stop = threading.Event()
         self.answering = False  # a question is being answered now (what Stop ends)
+        self.behind: str | None = None  # a better model reading this document in the background (its name), which
+        #                                 takes over once read (kvqa.session.takeover); its turns say so
         self.lock = SessionLock()  # one action at a time; reading ahead gives way (kvqa.session.ahead)
         self.closed = False  # close() was called: the session ended and holds no document any more
         self.recompute = recompute  # nothing is cached: every question reads the whole prompt (kvqa ask --no-cache)
@@ -201,7 +206,8 @@ class Session:
                                        stop_reason=result.stop_reason, sources=result.sources, short=result.short,
                                        follows=len(history), unsupported=result.unsupported,
                                        unquoted=result.unquoted, part=self.document.part, also=self._also,
-                                       composed=gathered.composed if gathered is not None else None))
+                                       composed=gathered.composed if gathered is not None else None,
+                                       model=self.engine.info.model, behind=self.behind))
             finally:
                 self.answering = False
         yield result  # last, as every answer's stream ends: the session is free again before anyone reads it

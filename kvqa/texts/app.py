@@ -52,6 +52,19 @@ TEXTS: dict[str, tuple[str, str]] = {
                      "**已就绪**。请在下方提问；每个回答都附有出处和用时。"),
     "status.ready_parts": ("**ready**: ask a question below. Its other parts are being read in the background.",
                            "**已就绪**：请在下方提问。其余部分正在后台读取。"),
+    "status.behind": ("**{model}** answers best and is reading the document in the background ({percent:.0f}%, about "
+                      "{seconds:.0f} s in all on this machine); **{stand_in}** answers meanwhile. {model} takes over "
+                      "when it has read it.",
+                      "**{model}** 答得最好，正在后台读取文档（{percent:.0f}%，在本机共约 {seconds:.0f} 秒）；"
+                      "在此期间由 **{stand_in}** 回答。{model} 读完后接手。"),
+    "status.behind_failed": ("{model} could not read the document ({error}); **{stand_in}** answers.",
+                             "{model} 未能读取文档（{error}）；由 **{stand_in}** 回答。"),
+    "status.took_over": ("**{model}** has read the document and answers from now on (the answers before came from "
+                         "{stand_in}).",
+                         "**{model}** 已读完文档，此后由它回答（之前的回答来自 {stand_in}）。"),
+    "answer.by_stand_in": ("answered by {model} while {behind} reads the document",
+                           "由 {model} 回答（{behind} 正在读取文档）"),
+    "answer.by": ("answered by {model}", "由 {model} 回答"),
     "status.details": ("Details: model, tokens, cache, memory", "详情：模型、token、缓存、内存"),
     "status.pages": (", {pages} pages", "，共 {pages} 页"),
     "status.reused": (" (already loaded: not read again)", "（已加载：不再重读）"),

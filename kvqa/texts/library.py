@@ -331,6 +331,9 @@ TEXTS: dict[str, tuple[str, str]] = {
                              "文档（约 {tokens} 个词元）超出 {model} 一次能读的长度：此模型能整篇读入"),
     "reason.reads_language": ("the document or the question is in {language}, which {model} does not read",
                               "文档或问题使用{language}，而 {model} 读不懂"),
+    "reason.stand_in": ("{model} answers best but would take about {seconds:.0f} s to read this document here: this "
+                        "faster model answers meanwhile",
+                        "{model} 答得最好，但在本机读取此文档约需 {seconds:.0f} 秒：在此期间由这个更快的模型回答"),
     "reason.better_model": ("it answers right more often than {model} ({language}; docs/quality.md)",
                             "它比 {model} 答对得更多（{language}；见 docs/quality.md）"),
     "reason.faster_model": ("the document (about {tokens} tokens) is long for {model} on this CPU: this faster model "

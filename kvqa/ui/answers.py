@@ -109,16 +109,30 @@ def _marked_quote(source) -> str:
     return "".join(pieces).strip().replace("</mark><mark>", "")
 
 
+def model_line(turn, current: str, lang: str = "en") -> str:
+    """Under an answer given by another model than the session's now: which, and whether it stood in while a better
+    model read the document (kvqa.session.takeover); nothing otherwise."""
+    if turn.behind:
+        said = say("answer.by_stand_in", lang, model=turn.model, behind=turn.behind)
+    elif turn.model and turn.model != current:
+        said = say("answer.by", lang, model=turn.model)
+    else:
+        return ""
+    return f"\n\n<sub class='kvqa-model'>{said}</sub>"
+
+
 def chat_messages(session: Session | None, lang: str = "en") -> list[dict]:
     """The current conversation (since "New conversation"); every turn stays in the latency table."""
     messages = []
+    current = session.engine.info.model if session is not None and session.engine.loaded else ""
     for turn in (session.conversation() if session else []):
         messages.append({"role": "user", "content": turn.question})
         messages.append({"role": "assistant",
                          "content": short_line(turn.short, lang) + (turn.answer or "…")
                          + part_line(turn.part, lang, turn.composed)
                          + sources_block(turn.sources, lang, turn.unsupported, turn.unquoted)
-                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)})
+                         + latency_line(turn.timings, stop_reason=turn.stop_reason, follows=turn.follows, lang=lang)
+                         + model_line(turn, current, lang)})
     return messages
 
 

@@ -58,6 +58,7 @@ class Questions:
             return
         try:
             session = yield from self.wait_for_read(tab, waiting, session, lang)
+            session = self.panels.service.take_over(session)  # a better model's read behind it done: it answers
             if waiting.withdrawn:
                 yield {self.page.chat: self.panels.chat(session, lang, tab)}
                 return

@@ -39,7 +39,7 @@ class Panels:
         page = self.page
         estimate = self.service.notes(session).estimate if session is not None else None
         shown = {page.state: session, page.status: self.status.status_markdown(session, lang, reused=reused),
-                 page.ahead_timer: gr.Timer(active=self.service.reading_ahead(session)),
+                 page.ahead_timer: gr.Timer(active=self.service.busy_behind(session)),
                  page.chat: chat_messages(session, lang) + waiting_messages(tab, lang),
                  page.summary: latency_summary(session, lang, estimate=estimate),
                  page.table: latency_table(session, lang), page.plot: latency_plot(session, lang),

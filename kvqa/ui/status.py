@@ -32,6 +32,7 @@ class StatusView:
         pages = say("status.pages", lang, pages=session.document.pages) if session.document.pages else ""
         note = say("status.reused", lang) if reused else ""
         part = f"**{render(session.notice, lang)}**\n\n" if session.notice else ""
+        part += self.behind_line(session, lang)
         language = language_note(info.model, session.document.text, cache_dir=self.service.config.cache_dir)
         part += f"**{render(language, lang)}**\n\n" if language else ""
         rate = say("status.rate", lang, rate=doc.tokens_per_s) if session.origin == "prefill" else ""
@@ -58,6 +59,20 @@ class StatusView:
                 f"<details class='kvqa-details'><summary>{say('status.details', lang)}</summary>\n\n"
                 f"{details}\n\n</details>")
 
+    def behind_line(self, session: Session, lang: str = "en") -> str:
+        """While a better model reads the document behind this session's faster one: how far, and that it takes
+        over; once it did, that it answers now; nothing otherwise (kvqa.session.takeover)."""
+        notes, take = self.service.notes(session), self.service.behind_of(session)
+        if take is not None and take.error is not None:
+            return say("status.behind_failed", lang, model=take.model, stand_in=take.stand_in,
+                       error=render(take.error.message, lang)) + "\n\n"
+        if take is not None:
+            return say("status.behind", lang, model=take.model, stand_in=take.stand_in, percent=take.fraction * 100,
+                       seconds=take.estimate or 0) + "\n\n"
+        if notes.took_over:
+            return say("status.took_over", lang, model=session.engine.info.model, stand_in=notes.took_over) + "\n\n"
+        return ""
+
     def parts_line(self, session: Session, lang: str = "en") -> str:
         """For a document cut into parts: how many are ready, and whether the others are being read."""
         ready, parts = session.parts.ready, len(session.parts)
@@ -76,6 +91,8 @@ class StatusView:
         return f"<sub>{line}</sub>"
 
     def on_tick(self, session, lang="en") -> dict:
-        """UI, every few seconds while parts are read ahead: the status, and the timer stops when they are."""
-        return {self.page.status: self.status_markdown(session, lang),
-                self.page.ahead_timer: gr.Timer(active=self.service.reading_ahead(session))}
+        """UI, every few seconds while parts are read ahead or a better model reads behind: the status (and the
+        session, once that model took over), and the timer stops when nothing is read any more."""
+        session = self.service.take_over(session)
+        return {self.page.state: session, self.page.status: self.status_markdown(session, lang),
+                self.page.ahead_timer: gr.Timer(active=self.service.busy_behind(session))}
