@@ -210,8 +210,8 @@ def parse_auth(value: str | None) -> list[tuple[str, str]] | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Serve the kvqa app.")
-    parser.add_argument("--model", help="model id or folder, or gemma-3-270m (default: $KVQA_MODEL, else "
-                        "SmolLM2-135M-Instruct, and gemma-3-270m for a mostly Chinese document)")
+    parser.add_argument("--model", help="model id or folder, or an offline model (default: $KVQA_MODEL, else each "
+                        "document goes to the best installed model that reads its language: docs/models.md)")
     parser.add_argument("--models", help="several models to offer in a dropdown, comma-separated (also KVQA_MODELS)")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))

@@ -6,9 +6,13 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from kvqa.config import Config, config_from_env
 from kvqa.errors import KvqaError
+from kvqa.timing import ReadCosts
+
+READ_COSTS = "read-costs.json"  # in the cache folder: each model's latest read's cost, for the next read's estimate
 
 EXIT_USER_ERROR = 2
 
@@ -80,8 +84,22 @@ def _ask(args: argparse.Namespace) -> int:
     info = engine.load()
     say(f"loaded {info.model} on {info.device} ({info.precision}) in {info.load_s:.1f} s")
     session = Session(engine, recompute=args.no_cache)
-    progress = lambda f: say(f"\rprefill {f:4.0%}", end="")  # noqa: E731
+    costs_path = config.cache_dir / READ_COSTS  # each model's latest read here, kept: the next read's estimate
+    costs, tokens = ReadCosts.kept(costs_path), engine.count_tokens(document.text)
+    estimate = costs.estimate(info.model, min(tokens, info.context_tokens))
+    if estimate is not None and not args.no_cache:
+        print(f"kvqa: {info.model} reads about {tokens:,} tokens here in about {estimate:.0f} s (its last read here)",
+              file=sys.stderr)
+    started, ticks = time.perf_counter(), []
+
+    def progress(f: float) -> None:
+        ticks.append((f, time.perf_counter() - started))
+        say(f"\rprefill {f:4.0%}", end="")
+
     session.load(document, part=part, progress=progress)
+    if session.prefilled is not None and session.origin == "prefill":
+        costs.learn(info.model, session.prefilled.tokens, ticks)
+        costs.keep(costs_path)
     for note in (session.notice, language_note(info.model, document.text, cache_dir=config.cache_dir)):
         if note:
             print(f"kvqa: {note}", file=sys.stderr)
@@ -141,9 +159,10 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model",
-                   help="Hugging Face model id, local folder, or an offline model: SmolLM2-135M-Instruct or "
-                   "gemma-3-270m (default: $KVQA_MODEL, else SmolLM2-135M-Instruct, and gemma-3-270m for a mostly "
-                   "Chinese document)")
+                   help="Hugging Face model id, local folder, or an offline model: Qwen2.5-Coder-1.5B-Instruct, "
+                   "Qwen2.5-Coder-0.5B-Instruct, SmolLM2-135M-Instruct or gemma-3-270m (default: $KVQA_MODEL, else "
+                   "the best installed one that reads the document's and the questions' languages: the 1.5B, or on "
+                   "a CPU the 0.5B for a document over about 8k tokens)")
     p.add_argument("--device", help="auto, cpu, cuda, cuda:N or mps (default: auto)")
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
     p.add_argument("--weights", help="the weights' form: auto, fp32 or int8 (one byte a weight, on a CPU; default: "

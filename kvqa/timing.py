@@ -79,6 +79,32 @@ class ReadCosts(dict[str, ReadCost]):
         cost = self.get(model)
         return cost.seconds(tokens) if cost is not None else None
 
+    @classmethod
+    def kept(cls, path) -> ReadCosts:
+        """The costs kept in the JSON file at `path` (none when it is missing or unreadable)."""
+        import json
+
+        try:
+            return cls({m: ReadCost(*c) for m, c in json.loads(open(path).read()).items()})
+        except (OSError, ValueError, TypeError):
+            return cls()
+
+    def keep(self, path) -> None:
+        """Write the costs to the JSON file at `path`, whole or not at all; nothing when it cannot be written."""
+        import json
+        import os
+
+        partial = f"{path}.partial-{os.getpid()}"
+        try:
+            with open(partial, "w") as f:
+                json.dump({m: [c.per_token, c.per_pair] for m, c in self.items()}, f)
+            os.replace(partial, path)
+        except OSError:
+            try:
+                os.unlink(partial)
+            except OSError:
+                pass
+
 
 @dataclass(frozen=True)
 class Timings:
