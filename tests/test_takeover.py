@@ -7,6 +7,7 @@ a short read, the best model reads at once. Fake engines at the seam; the rule's
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -156,3 +157,24 @@ def test_a_stand_in_only_on_a_cpu_and_only_when_one_reads_the_languages_much_fas
     # measured here: a model whose read came out as fast as the best one's stands in for nobody
     assert stand_in_for(BEST, LONG, cache_dir=tmp_path, offered=offered_models,
                         seconds=lambda model, tokens: tokens / 50) is None
+
+
+def test_the_read_behind_waits_between_its_chunks_while_the_stand_in_answers(offered):
+    ui = offered.ui
+    stand_in = ui.reads.on_paste(LONG, None)[ui.page.state]
+    take = ui.service.notes(stand_in).take_over
+    try:
+        assert offered.reached.wait(10)
+        stand_in.answering = True  # a question on the stand-in: two reads on two cores would slow both
+        offered.release.set()
+        time.sleep(0.5)
+        assert take.fraction == 0.25 and not take.done.is_set()  # its first chunk read, then it waits
+        stand_in.answering = False
+        assert take.done.wait(10) and take.ready and take.fraction == 1.0
+    finally:
+        stand_in.answering = False
+        offered.release.set()
+        take.done.wait(10)
+        for s in (stand_in, take.session):
+            if s is not None:
+                s.close()
