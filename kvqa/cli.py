@@ -88,8 +88,7 @@ def _ask(args: argparse.Namespace) -> int:
     costs, tokens = ReadCosts.kept(costs_path), engine.count_tokens(document.text)
     estimate = costs.estimate(info.model, min(tokens, info.context_tokens))
     if estimate is not None and not args.no_cache:
-        print(f"kvqa: {info.model} reads about {tokens:,} tokens here in about {estimate:.0f} s (its last read here)",
-              file=sys.stderr)
+        say(f"{info.model} reads about {tokens:,} tokens here in about {estimate:.0f} s (from its last read here)")
     started, ticks = time.perf_counter(), []
 
     def progress(f: float) -> None:
