@@ -72,6 +72,7 @@ class Service:
         self.behind_proxy = behind_proxy
         self._budget = budget
         self._budget_lock = threading.Lock()
+        self._take_over_lock = threading.Lock()  # one switch to a better model's session per stand-in
         self.uploads = Uploads()  # what each client uploaded: the only files its requests may read
         # to bound how many documents one client opens
         self.clients = ClientSessions(config.serving.sessions_per_client)
@@ -261,7 +262,7 @@ class Service:
         take = self.notes(session).take_over if session is not None else None
         if take is None or not take.ready or session.answering:
             return session
-        with self._budget_lock:
+        with self._take_over_lock:
             fresh = take.session
             if not session.closed:
                 fresh.carry_turns(session)
