@@ -85,9 +85,10 @@ def _ask(args: argparse.Namespace) -> int:
     say(f"loaded {info.model} on {info.device} ({info.precision}) in {info.load_s:.1f} s")
     session = Session(engine, recompute=args.no_cache)
     costs_path = config.cache_dir / READ_COSTS  # each model's latest read here, kept: the next read's estimate
-    costs, tokens = ReadCosts.kept(costs_path), engine.count_tokens(document.text)
-    estimate = costs.estimate(info.model, min(tokens, info.context_tokens))
-    if estimate is not None and not args.no_cache:
+    costs = ReadCosts.kept(costs_path)
+    if info.model in costs and not args.no_cache:  # the document tokenized for it only when there is one to say
+        tokens = engine.count_tokens(document.text)
+        estimate = costs.estimate(info.model, min(tokens, info.context_tokens))
         say(f"{info.model} reads about {tokens:,} tokens here in about {estimate:.0f} s (from its last read here)")
     started, ticks = time.perf_counter(), []
 

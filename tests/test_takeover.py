@@ -154,6 +154,11 @@ def test_a_stand_in_only_on_a_cpu_and_only_when_one_reads_the_languages_much_fas
     chinese = "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。" * 200  # SmolLM2 reads no Chinese
     assert stand_in_for(BEST, chinese, cache_dir=tmp_path, offered=[BEST, "SmolLM2-135M-Instruct"],
                         seconds=rate) is None
+    mixed = LONG + "青石茶叶合作社成立于二〇〇八年，位于青石镇老粮站。" * 120  # English holding Chinese passages
+    assert stand_in_for(BEST, mixed, cache_dir=tmp_path, offered=[BEST, "SmolLM2-135M-Instruct"], seconds=rate) == (
+        "SmolLM2-135M-Instruct")  # read from the English page: an English model may stand in
+    assert stand_in_for(BEST, mixed, cache_dir=tmp_path, offered=[BEST, "SmolLM2-135M-Instruct"], seconds=rate,
+                        page_lang="zh") is None  # from the Chinese page its reader asks in Chinese: not SmolLM2
     # measured here: a model whose read came out as fast as the best one's stands in for nobody
     assert stand_in_for(BEST, LONG, cache_dir=tmp_path, offered=offered_models,
                         seconds=lambda model, tokens: tokens / 50) is None

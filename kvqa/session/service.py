@@ -214,7 +214,7 @@ class Service:
         reader = reading_model(self.config, document.text, page_lang=lang, contexts=self.contexts())
         model = reader[0] if reader and reader[0] in self.models else self.config.model
         why = reader[1] if reader and model == reader[0] else None
-        take = self.stand_in(model, why, document)
+        take = self.stand_in(model, why, document, lang)
         first = take.stand_in if take else model
         engine = self.engine_for(first)
         if engine is session.engine:
@@ -230,10 +230,11 @@ class Service:
         on a 2-core CPU (OfflineModel.cpu_rate)."""
         return self.read_costs.estimate(model.name, tokens) or tokens / model.cpu_rate
 
-    def stand_in(self, model: str, why: Message | None, document: Document) -> TakeOver | None:
-        """The read of `model` behind a faster offered model (kvqa.session.takeover.stand_in_for), or None."""
+    def stand_in(self, model: str, why: Message | None, document: Document, lang: str) -> TakeOver | None:
+        """The read of `model` behind a faster offered model (kvqa.session.takeover.stand_in_for) for a reader whose
+        page is in `lang`, or None."""
         stand_in = stand_in_for(model, document.text, cache_dir=self.config.cache_dir, offered=self.models,
-                                seconds=self.read_seconds, cuda=on_cuda(self.config.device))
+                                seconds=self.read_seconds, cuda=on_cuda(self.config.device), page_lang=lang)
         if stand_in is None:
             return None
         estimate = self.read_seconds(offline_model(model), estimated_tokens(document.text))

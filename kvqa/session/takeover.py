@@ -46,18 +46,18 @@ class TakeOver:
 
 
 def stand_in_for(model: str, text: str, *, cache_dir, offered: list[str], seconds: Callable[[OfflineModel, int], float],
-                 cuda: bool = False) -> str | None:
-    """The offered offline model that answers while `model` reads `text` on a CPU: one that reads the text's
-    languages and holds it whole, reading it at least FASTER times as fast (seconds(model, tokens): a read's estimate
-    here), the best of those (OfflineModel.rank); None on a GPU, for a read estimated under STAND_IN_S, or when none
-    is faster."""
+                 cuda: bool = False, page_lang: str | None = None) -> str | None:
+    """The offered offline model that answers while `model` reads `text` on a CPU: one that reads the languages its
+    reader needs (kvqa.languages.languages_needed, as the model's choice asks) and holds the text whole, reading it
+    at least FASTER times as fast (seconds(model, tokens): a read's estimate here), the best of those
+    (OfflineModel.rank); None on a GPU, for a read estimated under STAND_IN_S, or when none is faster."""
     best = offline_model(model)
     if best is None or cuda:
         return None
     tokens = estimated_tokens(text)
     if seconds(best, tokens) < STAND_IN_S:
         return None
-    languages = set(languages_needed(text))
+    languages = set(languages_needed(text, page_lang=page_lang))
     faster = [m for m in installed_models(cache_dir) if m is not best and m.name in offered
               and languages <= set(m.languages) and tokens + ROOM_AROUND <= m.context
               and FASTER * seconds(m, tokens) <= seconds(best, tokens)]
