@@ -68,7 +68,9 @@ def diagnose(config: Config, environ) -> list[Check]:
                         f"{config.model} is gated: accept its licence on huggingface.co, then set HF_TOKEN "
                         "(a Space secret on Spaces)"))
 
-    llama = model_config is not None and model_config.model_type == "llama"  # kvqa's norms are Llama's only
+    kind = model_config.model_type if model_config is not None else None
+    llama = kind == "llama"  # its decode step's layers run in C (Qwen2's biases do not: kvqa.model.kernels.llama_layer)
+    normed = kind in ("llama", "qwen2")  # kvqa's norm kernel computes Llama's and Qwen2's RMSNorms (kvqa.model.norms)
     try:
         device = choose_device(config.device)
         dtype = choose_dtype(config.dtype, device)
@@ -78,7 +80,7 @@ def diagnose(config: Config, environ) -> list[Check]:
                             device.type == "cpu" and dtype != torch.float32 else None))
         one_token = choose_decode_attention() if device.type == "cpu" else None
         unbuilt = one_token == SDPA and vector_cpu() and os.environ.get("KVQA_ATTENTION_KERNEL") != "torch"
-        norms = f", norms: {choose_rms_norm()}" if llama else ""
+        norms = f", norms: {choose_rms_norm()}" if normed else ""
         checks.append(Check("attention", choose_attention(config.attn_implementation, device)
                             + (f", decode steps: {one_token}{norms}" if one_token else ""),
                             "pip install flash-attn for the fastest attention on this GPU" if

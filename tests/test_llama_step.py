@@ -1,4 +1,4 @@
-"""The decode steps written out (kvqa.model.llama_step, kvqa.model.gemma_step) compute what the model's own forward
+"""The decode steps written out (kvqa.model.architectures: llama.py, gemma3.py) compute what the model's own forward
 computes for
 one token, bit for bit: the same logits and the same keys and values in the cache, step after step, in float32 and
 bfloat16, past a sliding window too. They add no memory, and models they cannot run fall back to the forward."""
@@ -13,8 +13,8 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llama
 
 from kvqa.generation.decode import decode_one_token
 from kvqa.generation.generate import run_chunks
+from kvqa.model.architectures import has_step
 from kvqa.model.kv_cache import new_cache
-from kvqa.model.llama_step import supports
 from kvqa.model.loading import prepare
 from kvqa.model.weights import weight_bytes
 
@@ -124,4 +124,4 @@ def test_models_it_cannot_run_keep_the_forward(default_lm):
     cache = new_cache(biased.config, len(ids) + 2)
     run_chunks(biased, ids, cache, chunk_size=64)
     assert decode_one_token(biased, 5, cache).shape == (1, config.vocab_size)
-    assert not supports(default_lm.model, torch.device("cuda"))  # the GPU runs the forward (or its CUDA graph)
+    assert not has_step(default_lm.model, torch.device("cuda"))  # the GPU runs the forward (or its CUDA graph)

@@ -15,6 +15,7 @@ import kvqa
 from conftest import FIXTURES
 from kvqa.generation.rerank import passage_order
 from kvqa.messages import render
+from kvqa.model.architectures import architecture_of, parameters
 from kvqa.model.loading import prepare
 from kvqa.model.presets import PRESETS, Preset, fitting, language_note, preset_for
 from kvqa.prompt import ChatPrompt, question_turn, system_text
@@ -40,6 +41,24 @@ def test_parameters_are_counted_from_the_architecture():
         assert preset.parameters / 1e9 == pytest.approx(PUBLISHED_BILLIONS[preset.config], rel=0.01), preset.model
     fits = [p.config for p in fitting(16 * 2**30, 4)]  # a CPU Space: 16 GB, float32
     assert "qwen2.5-0.5b" in fits and "llama-3.2-3b" not in fits
+
+
+def test_each_architectures_count_is_what_transformers_builds_of_the_config():
+    """kvqa.model.architectures counts parameters from config.json's values; a model built from each preset's config
+    (on the meta device: no memory) holds exactly that many, a tied embedding once. A model type with no file is
+    refused, not guessed."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for preset in ARCHITECTURES:
+        settings = dict(preset.settings)
+        config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        assert sum(t.numel() for t in model.parameters()) == preset.parameters, preset.model
+        architecture = architecture_of(model)
+        assert architecture is not None and architecture.model_type == preset.settings["model_type"]
+    with pytest.raises(ValueError, match="mamba"):
+        parameters({"model_type": "mamba"})
 
 
 def test_a_presets_cache_per_token_is_what_a_loaded_model_of_it_holds():

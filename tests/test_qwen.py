@@ -19,8 +19,8 @@ import kvqa
 from kvqa.config import Config
 from kvqa.messages import Message, render
 from kvqa.model import offline
+from kvqa.model.architectures import has_step
 from kvqa.model.kernels.int8_kernel import widened
-from kvqa.model.llama_step import supports as llama_step_supports
 from kvqa.model.loading import _load_int8_copy, prepare
 from kvqa.model.presets import PRESETS, reading_model
 from kvqa.model.weights import Int8Linear, dequantize, int8_rows, int8_state, product, quantize
@@ -206,7 +206,7 @@ def test_the_real_qwen_05b_answers_from_its_int8_cache_as_a_recompute_in_the_sam
 def test_qwen2_steps_as_its_forward_does_bit_for_bit(default_lm, llama3_tokenizer, weights):
     model, tokenizer = tiny_qwen(default_lm, llama3_tokenizer)
     lm = prepare(model, tokenizer, name="tiny-qwen", device=torch.device("cpu"), weights=weights)
-    assert lm.step is not None and llama_step_supports(lm.model, torch.device("cpu"))
+    assert lm.step is not None and has_step(lm.model, torch.device("cpu"))
     (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(lm, prompt_tokens=37, steps=6)
     for fast, forward in zip(fast_logits, forward_logits):
         assert torch.equal(fast, forward)

@@ -60,7 +60,7 @@ def test_what_it_cannot_read_stays_with_pytorch(builds):
 def test_a_loaded_models_norms_run_on_it_and_name_it_in_a_caches_key(tiny_lm):
     from kvqa.cache.restore import cache_key
     from kvqa.documents.reading import Document
-    from kvqa.model.llama_step import norm_of
+    from kvqa.model.norms import norm_of
 
     name = f"kvqa's {'AVX-512' if HERE == 'AVX512' else 'AVX2'} RMS norm"
     norms = [m for m in tiny_lm.model.modules() if isinstance(m, LlamaRMSNorm)]

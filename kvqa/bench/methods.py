@@ -224,8 +224,8 @@ STEP_REPEATS = 9  # compare_steps times each way this many times, alternately
 
 
 def compare_steps(lm: LoadedModel, cache, token: int) -> dict:
-    """The decode step written out (kvqa.model.llama_step, what kvqa answers with where the model has one) against the
-    model's own forward for one token, alternately on the same prefilled cache, rolled back after each: the median
+    """The decode step written out (kvqa.model.architectures: what kvqa answers with where the model has one) against
+    the model's own forward for one token, alternately on the same prefilled cache, rolled back after each: the median
     of each and whether their logits are equal bit for bit. Empty where kvqa decodes through the forward anyway."""
     if lm.step is None or lm.decode_step is not None:
         return {}

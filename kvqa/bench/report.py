@@ -81,7 +81,7 @@ def format_table(result: dict) -> str:
                        f"{_s(r['sources_s'])} ({r['sources_s'] / r['answer_s']:.1%} of the answer's time)")
     written = [r for r in prefills if r.get("written_step_s")]
     if written:
-        out += ["", "one decode step written out (kvqa.model.llama_step) vs the model's forward, same cache, "
+        out += ["", "one decode step written out (kvqa.model.architectures.llama) vs the model's forward, same cache, "
                 f"medians of {STEP_REPEATS} each, alternately:"]
         for r in written:
             out.append(f"  {r['context_tokens']:>6,} tokens: {_s(r['written_step_s'])} vs {_s(r['forward_step_s'])} "

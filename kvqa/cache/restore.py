@@ -15,8 +15,8 @@ from kvqa.errors import KvqaError
 from kvqa.generation.generate import check_fits, out_of_memory_as_error, prefill, prefix_of
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
-from kvqa.model.llama_step import norm_of
 from kvqa.model.loading import LoadedModel
+from kvqa.model.norms import norm_of
 from kvqa.prompt import Prompt, prompt_for
 from kvqa.results import PrefilledDocument
 from kvqa.timing import now

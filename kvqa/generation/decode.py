@@ -123,14 +123,14 @@ def draft_step(lm: LoadedModel, cache: KVCache, tokens: list[int], guesses: list
 
 def drafting_pays(lm: LoadedModel) -> bool:
     """Whether checking guesses in one forward beats the one-token steps it saves: not where the written-out step
-    says its own steps are cheaper (kvqa.model.llama_step: its layers in C)."""
+    says its own steps are cheaper (kvqa.model.architectures.llama: its layers in C)."""
     return lm.decode_step is not None or getattr(lm.step, "drafting_pays", True)
 
 
 def decode_one_token(lm: LoadedModel, token: int, cache: KVCache) -> torch.Tensor:
     """Feed one chosen token through the model on top of the cache; returns the next logits, (1, vocab).
     With a compiled step (Config.compile), on the cache's fixed-shape view: the same graph for every token; else
-    the step written out where the model has one (kvqa.model.llama_step: the same logits as the model's forward)."""
+    the step written out where the model has one (kvqa.model.architectures: the same logits as the model's forward)."""
     if lm.decode_step is None and lm.step is not None:
         return lm.step(token, cache)
     ids = torch.tensor([[token]], device=lm.device)  # (1, 1)

@@ -15,13 +15,11 @@ import torch
 from kvqa.config import Config
 from kvqa.errors import ModelError
 from kvqa.messages import Message
+from kvqa.model.architectures import written_out_step
 from kvqa.model.attention import GROUPED_SDPA, _register_grouped_sdpa
-from kvqa.model.gemma_step import GemmaStep
-from kvqa.model.gemma_step import supports as can_step_gemma
 from kvqa.model.kernels.int8_kernel import Int8Kernel
 from kvqa.model.kv_cache import unsupported_reason
-from kvqa.model.llama_step import LlamaStep, kernel_norms
-from kvqa.model.llama_step import supports as can_step
+from kvqa.model.norms import kernel_norms
 from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model, stored_form
 from kvqa.model.vocabulary import eos_ids
 from kvqa.model.weights import (
@@ -54,8 +52,8 @@ class LoadedModel:
     eos_ids: frozenset[int]
     load_s: float
     decode_step: Callable | None = None  # compiled one-token step on a KVCache.static_view() (Config.compile)
-    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits (kvqa.model.llama_step,
-    # kvqa.model.gemma_step)
+    step: Callable | None = None  # the one-token step written out, (token, KVCache) -> logits
+    # (kvqa.model.architectures)
     weights: str = "fp32"  # the weights' form (kvqa.model.weights): fp32 as loaded, or int8
     weight_bytes: int = 0  # what the weights hold in memory
     kv_dtype: torch.dtype = torch.float32  # what the cache holds keys and values in (kvqa.model.weights.cache_dtype)
@@ -232,15 +230,6 @@ def prepare(model, tokenizer, *, name: str, device: torch.device, load_started: 
         weight_bytes=weight_bytes(model),
         kv_dtype=cache_dtype(model),
     )
-
-
-def written_out_step(model, device: torch.device) -> Callable | None:
-    """The one-token step written out for this model where kvqa has one (Llama-family, Gemma 3; on the CPU)."""
-    if can_step(model, device):
-        return LlamaStep(model)
-    if can_step_gemma(model, device):
-        return GemmaStep(model)
-    return None
 
 
 def compiled_decode_step(model, device: torch.device) -> Callable:

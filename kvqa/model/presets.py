@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kvqa.languages import CJK, NAMES, asked_in_chinese, holds_chinese, languages_needed, mostly_chinese
 from kvqa.messages import Message
+from kvqa.model.architectures import parameters
 from kvqa.model.kv_cache import kv_bytes
 from kvqa.model.offline import OfflineModel, installed_models, offline_model
 
@@ -44,20 +45,8 @@ class Preset:
 
     @property
     def parameters(self) -> int:
-        """Parameters, counted from the architecture (embeddings once when tied)."""
-        c = self.settings
-        hidden, layers, vocab = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"]
-        head_dim = c.get("head_dim") or hidden // c["num_attention_heads"]
-        q, kv = c["num_attention_heads"] * head_dim, c["num_key_value_heads"] * head_dim
-        attention = hidden * (q + 2 * kv) + q * hidden
-        if c["model_type"] == "qwen2":
-            attention += q + 2 * kv  # q, k and v projection biases
-        if c["model_type"] in ("qwen3", "gemma3_text"):
-            attention += 2 * head_dim  # q and k norms
-        norms = 4 if c["model_type"] == "gemma3_text" else 2  # Gemma 3: norms before and after attention and MLP
-        mlp = 3 * hidden * c["intermediate_size"]
-        embeddings = vocab * hidden * (1 if c.get("tie_word_embeddings") else 2)
-        return layers * (attention + mlp + norms * hidden) + embeddings + hidden
+        """Parameters, counted from the architecture (kvqa.model.architectures; embeddings once when tied)."""
+        return parameters(self.settings)
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         """One token's cache, as kvqa.model.kv_cache computes it for a loaded model."""

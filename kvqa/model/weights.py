@@ -104,7 +104,7 @@ def choose_widening(group: int | None = None) -> Widening:
 
 
 class Linear(torch.nn.Module):
-    """y = x W^T on a float32 weight that may be a view of a larger matrix (kvqa.model.llama_step's fused
+    """y = x W^T on a float32 weight that may be a view of a larger matrix (kvqa.model.architectures.llama's fused
     projections)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):

@@ -1,5 +1,5 @@
 /* One layer of a Llama-family decode step with int8 weights, in two calls around the MLP's activation: the written-out
- * step (kvqa/model/llama_step.py) otherwise runs some 80 PyTorch operations a layer between its kernels, a few
+ * step (kvqa/model/architectures/llama.py) otherwise runs some 80 PyTorch operations a layer between its kernels, a few
  * milliseconds a token on 2 cores. kvqa/model/kernels/llama_layer.py builds it for the CPU it runs on and calls it
  * through ctypes.
  *

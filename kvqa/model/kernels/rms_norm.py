@@ -4,8 +4,9 @@ kvqa.model.kernels.native) where the CPU has AVX2 or AVX-512 and a C compiler is
 transformers' LlamaRMSNorm is eight PyTorch operations (PyTorch's own rms_norm on the CPU is as many), some 25 us
 for one row on 2 cores, and a decode step of SmolLM2 runs 61 norms: about 1.5 ms of a 13 ms step. kvqa's kernel
 takes about 2 us a row. It sums the squares in another order than PyTorch's, so the model's forward and the
-written-out steps both call it (kvqa.model.loading.prepare swaps the norms' forward; kvqa.model.llama_step uses the
-same function): they stay equal bit for bit, and the norm is part of a cache's key (kvqa.cache.restore.cache_key).
+written-out steps both call it (kvqa.model.loading.prepare swaps the norms' forward; the steps in
+kvqa.model.architectures use the same function): they stay equal bit for bit, and the norm is part of a cache's key
+(kvqa.cache.restore.cache_key).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""One decode step of a Llama-family model on the CPU, written out (gpt-fast style).
+"""Llama (SmolLM2, Llama 3.x): what kvqa's CPU path takes of it, its decode step written out, its parameter count.
+
+One decode step of a Llama-family model on the CPU, written out (gpt-fast style).
 
 transformers' forward for one token runs some 110 small operations a layer around the 7 matrix products (masks,
 position bookkeeping, per-module hooks and reshapes); on a 2-core CPU they cost more than the attention at 1,024
@@ -15,32 +17,22 @@ kernels, the same bits, two C calls a layer instead of some 80 operations).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
-from transformers.models.llama.modeling_llama import LlamaRMSNorm
-from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
+from kvqa.model.architectures.architecture import Architecture, counted
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kernels.llama_layer import layers_in_c
-from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import KVCache
+from kvqa.model.norms import norm
 from kvqa.model.weights import cache_dtype, fuse, product
 
-RMS_NORMS = (LlamaRMSNorm, Qwen2RMSNorm)  # the same arithmetic: x * rsqrt(mean(x^2) + eps) * w, in float32
 
-
-def supports(model, device: torch.device) -> bool:
-    """Llama-architecture models (SmolLM2, Llama 3.x) without projection biases, and Qwen2 (Qwen2.5: Llama's layer
-    with query/key/value biases, added after the fused product) without its sliding window, on the CPU."""
-    config = model.config
-    name = type(model).__name__
-    llama = name == "LlamaForCausalLM" and not getattr(config, "attention_bias", False)
-    qwen2 = name == "Qwen2ForCausalLM" and not getattr(config, "use_sliding_window", False)
-    return device.type == "cpu" and (llama or qwen2) and not getattr(config, "mlp_bias", False)
+def supports(config) -> bool:
+    """Llama's layer without projection biases (attention_bias, mlp_bias: the written-out step adds none)."""
+    return not getattr(config, "attention_bias", False) and not getattr(config, "mlp_bias", False)
 
 
 @torch.no_grad()
@@ -122,29 +114,4 @@ class LlamaStep:
         return self.model.lm_head(model.norm(x))[:, -1]
 
 
-def kernel_norms(model) -> None:
-    """Every float32 Llama RMSNorm of the model computed by kvqa's norm kernel where it takes it
-    (kvqa.model.kernels.rms_norm): the forward calls it, and norm() hands the written-out step the same function, so
-    their bits stay equal."""
-    kernel = choose_rms_norm()
-    for module in model.modules():
-        if type(module) in RMS_NORMS and kernel.takes(module.weight):
-            module.forward = functools.partial(kernel.run, weight=module.weight, eps=module.variance_epsilon)
-            module.kvqa_norm = kernel
-
-
-def norm_of(model) -> str:
-    """The kernel the model's norms run on where kernel_norms() set one, else "" (it changes a cache's bits)."""
-    return next((str(module.kvqa_norm) for module in model.modules() if hasattr(module, "kvqa_norm")), "")
-
-
-def norm(module: torch.nn.Module):
-    """A Llama RMSNorm as the forward computes it, in one call: kvqa's kernel where kernel_norms() set it; else a
-    float32 one as PyTorch's rms_norm of its weight (the same bits as LlamaRMSNorm, one operation instead of eight;
-    not in bfloat16, where the weight's product rounds differently); any other norm as it is."""
-    if hasattr(module, "kvqa_norm"):
-        return module.forward
-    if type(module) in RMS_NORMS and module.weight.dtype == torch.float32:
-        return functools.partial(F.rms_norm, normalized_shape=module.weight.shape, weight=module.weight,
-                                 eps=module.variance_epsilon)
-    return module
+LLAMA = Architecture("LlamaForCausalLM", "llama", supports, LlamaStep, counted)

@@ -1,4 +1,6 @@
-"""One decode step of a Gemma 3 text model on the CPU, written out (as kvqa.model.llama_step is for Llama).
+"""Gemma 3 (text): what kvqa's CPU path takes of it, its decode step written out, its parameter count.
+
+One decode step of a Gemma 3 text model on the CPU, written out (as architectures/llama.py's is for Llama).
 
 transformers' forward for one token builds two masks, two rotary tables and some 120 small operations a layer around
 the 7 matrix products; this step does the same arithmetic in the same order with the same kernels (each RMSNorm's
@@ -17,17 +19,16 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from kvqa.model.architectures.architecture import Architecture, counted, head_dim
+from kvqa.model.architectures.llama import fuse_layers, rolled_sin
 from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kv_cache import KVCache
-from kvqa.model.llama_step import fuse_layers, rolled_sin
 from kvqa.model.weights import product
 
 
-def supports(model, device: torch.device) -> bool:
-    """Gemma 3 text models without projection biases or soft-capping, on the CPU."""
-    config = model.config
-    return (device.type == "cpu" and type(model).__name__ == "Gemma3ForCausalLM"
-            and not getattr(config, "attention_bias", False) and not getattr(config, "attn_logit_softcapping", None)
+def supports(config) -> bool:
+    """Without projection biases, soft-capping or bidirectional attention."""
+    return (not getattr(config, "attention_bias", False) and not getattr(config, "attn_logit_softcapping", None)
             and not getattr(config, "final_logit_softcapping", None)
             and not getattr(config, "use_bidirectional_attention", False))
 
@@ -127,3 +128,10 @@ def gemma_norm(module: torch.nn.Module):
         return F.rms_norm(x.float(), shape, weight=weight, eps=eps).type_as(x)
 
     return norm
+
+
+def parameters(c: dict) -> int:
+    return counted(c, per_layer=2 * head_dim(c), norms=4)  # q and k norms; norms before and after attention and MLP
+
+
+GEMMA3 = Architecture("Gemma3ForCausalLM", "gemma3_text", supports, GemmaStep, parameters)
