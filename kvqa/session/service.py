@@ -1,6 +1,7 @@
 """The app's sessions and what they read, with no page: the offered models' engines, the cache budget, per-client
-limits, the uploads each client may read, and one record per session (Notes: the read time estimated before its
-read, its PDF's bytes, whether its parts are being read ahead, whether its model was chosen, and why it reads it).
+limits, the uploads each client may read, and one record per session (kvqa.session.notes: the read time estimated
+before its read, its PDF's bytes, whether its parts are being read ahead, whether its model was chosen, and why it
+reads it). Which offered model reads a document and answers a question is its ModelChoice's (kvqa.session.choice).
 
 The browser page (app.py, kvqa/ui/) and the gradio_client API both read through one Service; so does a test.
 """
@@ -12,8 +13,6 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from kvqa.cache.budget import CacheBudget, budget_for
 from kvqa.cache.shared import SharedCaches
@@ -32,32 +31,15 @@ from kvqa.documents.reading import (
 )
 from kvqa.documents.uploads import Uploads
 from kvqa.engines import Engine, make_engine
-from kvqa.errors import KvqaError, QuestionError
-from kvqa.languages import language_of
+from kvqa.errors import KvqaError
 from kvqa.messages import Message, render, say
-from kvqa.model.offline import OfflineModel, offline_model
-from kvqa.model.presets import estimated_tokens, on_cuda, reading_model, unread_question
+from kvqa.session.choice import ModelChoice, Progress
 from kvqa.session.limits import ClientSessions, client_of
+from kvqa.session.notes import Notes
 from kvqa.session.session import Session
-from kvqa.session.takeover import TakeOver, read_behind, stand_in_for
 from kvqa.timing import ReadCosts
 
 log = logging.getLogger("kvqa.app")
-
-Progress = Callable[..., None]  # progress(fraction, desc=text): how a long step goes, said to the user
-
-
-@dataclass
-class Notes:
-    """What the app knows of one session besides the session itself."""
-
-    estimate: float | None = None  # the read time (s) its latest read was estimated to take before it began
-    pdf: bytes | None = None  # the PDF (or an image as a one-page PDF) the document is, to show its pages
-    reading_ahead: bool = False  # its long document's other parts are being read in the background now
-    picked: bool = False  # its model was chosen in the list of models: the documents it reads keep it
-    model_reason: Message | None = None  # why its model reads it, when the document's language chose it
-    take_over: TakeOver | None = None  # a better model reading its document behind it (kvqa.session.takeover)
-    took_over: str | None = None  # the stand-in this session took over from, once it did
 
 
 class Service:
@@ -72,13 +54,18 @@ class Service:
         self.behind_proxy = behind_proxy
         self._budget = budget
         self._budget_lock = threading.Lock()
-        self._take_over_lock = threading.Lock()  # one switch to a better model's session per stand-in
         self.uploads = Uploads()  # what each client uploaded: the only files its requests may read
         # to bound how many documents one client opens
         self.clients = ClientSessions(config.serving.sessions_per_client)
         self.shared = SharedCaches()  # sessions that load the same document share its cache
         self.read_costs = ReadCosts()  # model -> its latest read's cost here, for the next estimate
         self._notes: weakref.WeakKeyDictionary[Session, Notes] = weakref.WeakKeyDictionary()
+        # which offered model reads a document and answers a question, and the take-over (kvqa.session.choice)
+        self.choice = ModelChoice(config=config, models=self.models, engine_for=self.engine_for,
+                                  load_engine=self.load_engine, new_session=self.new_session,
+                                  open_session=self.open_session, read_ahead=self.read_ahead, notes=self.notes,
+                                  contexts=self.contexts, model_of=self.model_of, reason=self.reason,
+                                  read_costs=self.read_costs)
 
     def notes(self, session: Session) -> Notes:
         """The session's record (made empty on first use; it goes with the session)."""
@@ -97,9 +84,11 @@ class Service:
         with `engine` (else the first model's); refused past the per-client number of documents."""
         if session is not None:
             return session
-        client = client_of(request, behind_proxy=self.behind_proxy)
-        return self.clients.open(client, lambda: Session(engine or self.engine, self.budget, client=client,
-                                                         shared=self.shared))
+        return self.open_session(client_of(request, behind_proxy=self.behind_proxy), engine or self.engine)
+
+    def open_session(self, client: str, engine: Engine) -> Session:
+        """A new session on `engine` for `client`; refused past the per-client number of documents."""
+        return self.clients.open(client, lambda: Session(engine, self.budget, client=client, shared=self.shared))
 
     def engine_for(self, model: str) -> Engine:
         """The engine of one of the offered models, made on first use (its model loads then)."""
@@ -171,7 +160,7 @@ class Service:
         if session is None:  # the first model loads with the first document: its stages shown (a conversion once)
             self.load_engine(self.engine, self.config.model, lang, progress)
         session = self.new_session(session, request)
-        reader, take = (self.reader_session(session, document, request, lang, progress) if choose
+        reader, take = (self.choice.reader_session(session, document, request, lang, progress) if choose
                         else (session, None))
         if reader is not session:
             try:
@@ -180,7 +169,7 @@ class Service:
                 reader.close()
                 raise
             session.close()
-            self.behind(loaded[0], take if loaded[1] else None)
+            self.choice.behind(loaded[0], take if loaded[1] else None)
             return loaded
         progress(0, desc=say("progress.reading", lang))
         before, estimate = self.before_reading(session.engine, document if part is None else
@@ -200,140 +189,8 @@ class Service:
                 notes.estimate = estimate
                 self.read_costs.learn(session.engine.info.model, doc.tokens, ticks)
             if choose:
-                self.behind(session, take)
+                self.choice.behind(session, take)
         return session, changed
-
-    def reader_session(self, session: Session, document: Document, request, lang: str,
-                       progress: Progress) -> tuple[Session, TakeOver | None]:
-        """The session to read `document` in: this one, or a new one on the offered model that reads the document's
-        language (loaded first), unless the model was chosen in the list or named when kvqa started; and, where
-        that model's read would keep the reader waiting on this CPU, the TakeOver of that model reading behind a
-        faster one, whose session this then is."""
-        if self.notes(session).picked:
-            return session, None
-        reader = reading_model(self.config, document.text, page_lang=lang, contexts=self.contexts())
-        model = reader[0] if reader and reader[0] in self.models else self.config.model
-        why = reader[1] if reader and model == reader[0] else None
-        take = self.stand_in(model, why, document, lang)
-        first = take.stand_in if take else model
-        engine = self.engine_for(first)
-        if engine is session.engine:
-            return session, take
-        self.load_engine(engine, first, lang, progress)
-        fresh = self.new_session(None, request, engine=engine)
-        if why and not take:
-            self.notes(fresh).model_reason = why
-        return fresh, take
-
-    def read_seconds(self, model: OfflineModel, tokens: int) -> float:
-        """About how long `model` takes here to read `tokens`: from its latest read here, else from its measured rate
-        on a 2-core CPU (OfflineModel.cpu_rate)."""
-        return self.read_costs.estimate(model.name, tokens) or tokens / model.cpu_rate
-
-    def stand_in(self, model: str, why: Message | None, document: Document, lang: str) -> TakeOver | None:
-        """The read of `model` behind a faster offered model (kvqa.session.takeover.stand_in_for) for a reader whose
-        page is in `lang`, or None."""
-        stand_in = stand_in_for(model, document.text, cache_dir=self.config.cache_dir, offered=self.models,
-                                seconds=self.read_seconds, cuda=on_cuda(self.config.device), page_lang=lang)
-        if stand_in is None:
-            return None
-        estimate = self.read_seconds(offline_model(model), estimated_tokens(document.text))
-        return TakeOver(model, why or self.config.model_reason, stand_in, estimate=estimate)
-
-    def behind(self, session: Session, take: TakeOver | None) -> None:
-        """Start the read of `take`'s better model behind the session (its stand-in), or record that none runs."""
-        notes = self.notes(session)
-        notes.take_over, session.behind = take, take.model if take else None
-        if take is None:
-            return
-        notes.model_reason = Message("reason.stand_in", model=take.model, seconds=take.estimate or 0)
-
-        def make_session() -> Session:
-            engine = self.engine_for(take.model)
-            engine.load()
-            return self.clients.open(session.client, lambda: Session(engine, self.budget, client=session.client,
-                                                                       shared=self.shared))
-
-        threading.Thread(target=read_behind, args=(take, session, make_session), name="kvqa-read-behind",
-                         daemon=True).start()
-
-    def take_over(self, session: Session | None) -> Session | None:
-        """The session to go on in: the better model's, once its read behind this one is done (the turns carried
-        over, this one closed), else this one. The same answer to every caller."""
-        take = self.notes(session).take_over if session is not None else None
-        if take is None or not take.ready or session.answering:
-            return session
-        with self._take_over_lock:
-            fresh = take.session
-            if not session.closed:
-                fresh.carry_turns(session)
-                notes = self.notes(fresh)
-                notes.model_reason, notes.took_over = take.reason, take.stand_in
-                session.close()
-        return fresh
-
-    def behind_of(self, session: Session | None) -> TakeOver | None:
-        """The better model's read behind the session, while it runs or failed (not once taken over)."""
-        take = self.notes(session).take_over if session is not None else None
-        return take if take is not None and not (take.ready and session.closed) else None
-
-    def question_reader(self, session: Session | None, question: str) -> tuple[str, Message] | None:
-        """The offered model (and why) to answer `question` with when the session's model does not read its language
-        (a Chinese question on a document the English-only default read: kvqa.model.presets.reading_model), else
-        None (also when the session has no document). Raises QuestionError saying what to do when the model was
-        chosen (the list, --model, KVQA_MODEL) or none offered reads it."""
-        if session is None or session.whole is None:
-            return None
-        model = self.model_of(session)
-        current = offline_model(model)
-        if current is not None and language_of(question) in current.languages:
-            return None  # it reads the question: a better model is chosen when a document is read, not mid-chat
-        reason = Message("reason.app") if self.notes(session).picked else self.reason(session)
-        reader = reading_model(self.config.replaced(model=model, model_reason=reason), session.whole.text,
-                               questions=[question], contexts=self.contexts())
-        if reader is not None and reader[0] in self.models:
-            return reader
-        refusal = unread_question(session.engine.info.model, question, cache_dir=self.config.cache_dir)
-        if refusal is not None:
-            raise QuestionError(refusal)
-        return None
-
-    def read_for_question(self, session: Session, reader: tuple[str, Message], request, lang: str,
-                          progress: Progress) -> Session:
-        """A new session on the model `reader` names (loaded first), reading the session's document (the store and
-        the shared caches as for any read), its conversation carried over; the old session is closed once the read
-        succeeded, and left as it was when it failed."""
-        model, why = reader
-        engine = self.engine_for(model)
-        self.load_engine(engine, model, lang, progress)
-        fresh = self.new_session(None, request, engine=engine)
-        try:
-            said = say("progress.switching", lang, model=model, reason=render(why, lang))
-            fresh.load(session.whole, progress=lambda f: progress(f, desc=said))
-        except BaseException:
-            fresh.close()
-            raise
-        fresh.carry_turns(session)
-        self.notes(fresh).model_reason = why
-        self.read_ahead(fresh)
-        session.close()
-        return fresh
-
-    def switch_model(self, model: str, session: Session | None, request, lang: str, progress: Progress) -> Session:
-        """A new session on the offered `model` (loaded first), chosen in the list: the documents it reads keep it;
-        the old session's document is read again there. The old session is left to the caller to close."""
-        engine = self.engine_for(model)
-        self.load_engine(engine, model, lang, progress)
-        fresh = self.new_session(None, request, engine=engine)
-        self.notes(fresh).picked = True
-        if session is not None and session.whole is not None:
-            again = say("progress.reading_again", lang)
-            try:
-                fresh.load(session.whole, progress=lambda f: progress(f, desc=again))
-            except BaseException:
-                fresh.close()
-                raise
-        return fresh
 
     def before_reading(self, engine: Engine, document: Document, lang: str = "en") -> tuple[str, float | None]:
         """The progress line while a document is read, with the estimate in it: its size (pages, characters,
@@ -375,5 +232,5 @@ class Service:
     def busy_behind(self, session: Session | None) -> bool:
         """Whether something is read in the background for the session (its parts, or a better model's read behind
         it not yet taken over): the page's status refreshes meanwhile."""
-        take = self.behind_of(session)
+        take = self.choice.behind_of(session)
         return self.reading_ahead(session) or (take is not None and (not take.done.is_set() or take.ready))

@@ -68,9 +68,9 @@ class Api:
         if session is None:
             raise gr.Error(Message("question.no_document_api"), print_exception=False)
         try:
-            reader = self.service.question_reader(session, question)
+            reader = self.service.choice.question_reader(session, question)
             if reader is not None:
-                session = self.service.read_for_question(session, reader, request, "en", progress)
+                session = self.service.choice.read_for_question(session, reader, request, "en", progress)
             asked = parse_range(part, session.whole) if part and part.strip() else None
             with session.ask(Ask(question, remember=bool(remember), part=asked)) as pieces:
                 text = ""

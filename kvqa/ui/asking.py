@@ -58,7 +58,7 @@ class Questions:
             return
         try:
             session = yield from self.wait_for_read(tab, waiting, session, lang)
-            session = self.panels.service.take_over(session)  # a better model's read behind it done: it answers
+            session = self.panels.service.choice.take_over(session)  # a better model's read behind it done: it answers
             if waiting.withdrawn:
                 yield {self.page.chat: self.panels.chat(session, lang, tab)}
                 return
@@ -98,14 +98,14 @@ class Questions:
         chat with the read's progress and its reason. Raises QuestionError saying what to do when the model was
         chosen or no offered model reads the question."""
         service = self.panels.service
-        reader = service.question_reader(session, question)
+        reader = service.choice.question_reader(session, question)
         if reader is None:
             return session
         done: dict = {}
 
         def read_again(read) -> None:
             try:
-                done["session"] = service.read_for_question(session, reader, request, lang, read.report)
+                done["session"] = service.choice.read_for_question(session, reader, request, lang, read.report)
             except BaseException as e:  # handed to the handler's thread, which says it
                 done["error"] = e
 

@@ -107,7 +107,7 @@ class Reads:
                 self.service.notes(session).picked = True  # chosen, though already reading: later documents keep it
                 return unchanged()
             with tab.reading(progress) as read:
-                fresh = self.service.switch_model(model, session, request, lang, read.report)
+                fresh = self.service.choice.switch_model(model, session, request, lang, read.report)
                 read.session = fresh
         except KvqaError as e:
             return warn(e, lang, put_back=put_back)

@@ -62,7 +62,7 @@ class StatusView:
     def behind_line(self, session: Session, lang: str = "en") -> str:
         """While a better model reads the document behind this session's faster one: how far, and that it takes
         over; once it did, that it answers now; nothing otherwise (kvqa.session.takeover)."""
-        notes, take = self.service.notes(session), self.service.behind_of(session)
+        notes, take = self.service.notes(session), self.service.choice.behind_of(session)
         if take is not None and take.error is not None:
             return say("status.behind_failed", lang, model=take.model, stand_in=take.stand_in,
                        error=render(take.error.message, lang)) + "\n\n"
@@ -93,6 +93,6 @@ class StatusView:
     def on_tick(self, session, lang="en") -> dict:
         """UI, every few seconds while parts are read ahead or a better model reads behind: the status (and the
         session, once that model took over), and the timer stops when nothing is read any more."""
-        session = self.service.take_over(session)
+        session = self.service.choice.take_over(session)
         return {self.page.state: session, self.page.status: self.status_markdown(session, lang),
                 self.page.ahead_timer: gr.Timer(active=self.service.busy_behind(session))}
