@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from kvqa.model.kernels.decode_attention import SDPA, choose_decode_attention
+from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.kernels.int8_kernel import TORCH, choose_kernel
 from kvqa.model.kernels.llama_layer import library as layer_library
 from kvqa.model.kernels.native import vector_cpu
@@ -97,8 +98,12 @@ def diagnose(config: Config, environ) -> list[Check]:
         kernel, widening = (choose_kernel(), choose_widening(int8_group(config.model))) if int8 else (None, None)
         kv_dtype = widening.cache if widening else dtype
         in_c = llama and kernel != TORCH and layer_library() is not None  # kvqa.model.kernels.llama_layer
+        offline = offline_model(config.model)
+        four_bit = int8 and offline is not None and offline.int4 and choose_int4_kernel() is not None
         shown = (f" (one byte a weight, {kernel} for short products, {widening}"
-                 + (", the decode step's layers in C" if in_c else "") + "; --weights fp32 for float32's)")
+                 + (", the decode step's layers in C" if in_c else "")
+                 + (f", the GGUF's 4-bit layers decoded by {choose_int4_kernel()}" if four_bit else "")
+                 + "; --weights fp32 for float32's)")
         checks.append(Check("weights", weights + (shown if kernel else ""),
                             "kvqa's int8 kernel, about twice as fast as torch's, needs a C compiler (cc; CC names "
                             "another) and AVX2: see the log" if kernel == TORCH else None))

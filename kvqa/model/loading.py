@@ -15,8 +15,10 @@ import torch
 from kvqa.config import Config
 from kvqa.errors import ModelError
 from kvqa.messages import Message
+from kvqa.model import int4
 from kvqa.model.architectures import written_out_step
 from kvqa.model.attention import GROUPED_SDPA, _register_grouped_sdpa
+from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.kernels.int8_kernel import Int8Kernel
 from kvqa.model.kv_cache import unsupported_reason
 from kvqa.model.norms import kernel_norms
@@ -24,6 +26,7 @@ from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model, stored
 from kvqa.model.vocabulary import eos_ids
 from kvqa.model.weights import (
     Widening,
+    attach_int4,
     cache_dtype,
     choose_weights,
     choose_widening,
@@ -156,7 +159,8 @@ def _load(config: Config, *, progress: Stages) -> LoadedModel:
 
 def _load_int8_copy(folder: Path, name: str, attn: str):
     """An offline model's int8 copy (kvqa.model.offline, stored "int8"), built on the meta device and given the copy's
-    rows and scales as they are: no float32 matrix is made on the way (kvqa.model.weights.load_int8)."""
+    rows and scales as they are: no float32 matrix is made on the way (kvqa.model.weights.load_int8); its 4-bit layers
+    beside them where it has some and this CPU decodes them (kvqa.model.int4)."""
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -164,6 +168,9 @@ def _load_int8_copy(folder: Path, name: str, attn: str):
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(settings, dtype=torch.float32, attn_implementation=attn)
     load_int8(model, load_file(str(folder / "model.safetensors")), group=int8_group(name))
+    kernel = choose_int4_kernel()
+    if kernel is not None:  # the GGUF's Q4_K layers decode 4-bit where this CPU multiplies them fast (kvqa.model.int4)
+        attach_int4(model, int4.load(folder), kernel)
     for parent in list(model.modules()):  # buffers made at construction (the rotary frequencies): made again here
         for child_name, child in list(parent.named_children()):
             if any(b.is_meta for b in child.buffers(recurse=False)) and hasattr(child, "config"):

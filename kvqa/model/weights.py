@@ -24,6 +24,7 @@ tests/test_weights.py and tests/test_exactness.py. A tied embedding and output l
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from kvqa.errors import ModelError
+from kvqa.model.int4 import Int4Weights
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kernels.int8_kernel import Int8Kernel, choose_kernel, widened
 
@@ -118,20 +120,22 @@ class Linear(torch.nn.Module):
 
 class Int8Linear(torch.nn.Module):
     """y = x W^T (+ b), W held as int8 rows (out, in) times a bfloat16 scale per row (or per run of a row), a bias kept
-    in float32; products of fewer than `widening.rows` input rows run through `kernel` (default: choose_kernel()),
-    longer ones widen the rows first (Widening)."""
+    in float32; products of fewer than `widening.rows` input rows run through `kernel` (default: choose_kernel()), or
+    through the 4-bit form where the layer has one (`int4`, kvqa.model.int4), longer ones widen the rows first
+    (Widening)."""
 
     def __init__(self, rows: torch.Tensor, scales: torch.Tensor, widening: Widening = TO_FLOAT32,
-                 kernel: Int8Kernel | None = None, bias: torch.Tensor | None = None):
+                 kernel: Int8Kernel | None = None, bias: torch.Tensor | None = None, int4: Int4Weights | None = None):
         super().__init__()
         self.register_buffer("rows", rows)
         self.register_buffer("scales", scales)
         self.register_buffer("bias", bias)
         self.widening = widening
         self.kernel = kernel or choose_kernel()
+        self.int4 = int4  # not a buffer: the int8 copy's state stays what it was (int4.safetensors holds these)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = int8_product(self.rows, self.scales, self.widening, self.kernel, x)
+        y = int8_product(self.rows, self.scales, self.widening, self.kernel, x, self.int4)
         return y if self.bias is None else y + self.bias
 
     @property
@@ -144,10 +148,12 @@ class Int8Linear(torch.nn.Module):
 
 
 def int8_product(rows: torch.Tensor, scales: torch.Tensor, widening: Widening, kernel: Int8Kernel,
-                 x: torch.Tensor) -> torch.Tensor:
-    """x W^T for W = rows times scales (Int8Linear's forward)."""
+                 x: torch.Tensor, int4: Int4Weights | None = None) -> torch.Tensor:
+    """x W^T for W = rows times scales (Int8Linear's forward); short products from the 4-bit form where given."""
     flat = x.reshape(-1, x.shape[-1])
-    if flat.shape[0] < widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
+    if flat.shape[0] < widening.rows and int4 is not None:  # bandwidth-bound: 0.625 bytes read per weight
+        y = int4.kernel(flat, int4.nibbles, int4.scales, int4.mins).to(x.dtype)
+    elif flat.shape[0] < widening.rows:  # bandwidth-bound (decoding, drafted runs): one byte read per weight
         y = kernel(flat, rows, scales).to(x.dtype)
     elif widening.dtype == torch.bfloat16 and scales.dim() == 1:  # compute-bound, on bfloat16 matrix units: the
         y = F.linear(flat.to(torch.bfloat16), rows.to(torch.bfloat16)).to(x.dtype) * scales.to(x.dtype)  # exact rows
@@ -161,7 +167,8 @@ def product(linear: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     steps call some 200 a token, and a module call with its buffer lookups costs microseconds. Any other module as
     it is."""
     if isinstance(linear, Int8Linear) and linear.bias is None:
-        return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel)
+        return functools.partial(int8_product, linear.rows, linear.scales, linear.widening, linear.kernel,
+                                 int4=linear.int4)
     if isinstance(linear, (Linear, torch.nn.Linear)):
         return functools.partial(F.linear, weight=linear.weight, bias=getattr(linear, "bias", None))
     return linear
@@ -341,7 +348,9 @@ def products_of(model: torch.nn.Module) -> str:
 def weight_bytes(model: torch.nn.Module) -> int:
     """Bytes the model's weights hold (parameters and int8 buffers), a storage shared by two names counted once."""
     tensors = [p for _, p in model.named_parameters(remove_duplicate=False)] + [
-        t for m in model.modules() if isinstance(m, (Int8Linear, Int8Embedding)) for t in (m.rows, m.scales)]
+        t for m in model.modules() if isinstance(m, (Int8Linear, Int8Embedding)) for t in (m.rows, m.scales)] + [
+        t for m in model.modules() if getattr(m, "int4", None) is not None
+        for t in (m.int4.nibbles, m.int4.scales, m.int4.mins)]
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
@@ -355,11 +364,14 @@ def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
     if all(isinstance(linear, Int8Linear) for linear in linears):
         fused = Int8Linear(torch.cat([linear.rows for linear in linears]),
                            torch.cat([linear.scales for linear in linears]), linears[0].widening, linears[0].kernel,
-                           bias)
+                           bias, fuse_int4([linear.int4 for linear in linears]))
         start = 0
         for linear in linears:
             n = linear.out_features
             linear.rows, linear.scales = fused.rows[start: start + n], fused.scales[start: start + n]
+            linear.int4 = None if fused.int4 is None else dataclasses.replace(  # either all 4-bit or none: the
+                fused.int4, **{name: getattr(fused.int4, name)[start: start + n]  # forward and the step agree
+                               for name in ("nibbles", "scales", "mins")})
             start += n
         return fused
     fused = Linear(torch.cat([linear.weight for linear in linears]), bias)
@@ -369,3 +381,29 @@ def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
         linear.weight = torch.nn.Parameter(fused.weight[start: start + n], requires_grad=False)
         start += n
     return fused
+
+
+def fuse_int4(parts: list[Int4Weights | None]) -> Int4Weights | None:
+    """The 4-bit forms of linears fused one under the other, where each has one (else None: int8 decodes them)."""
+    if any(part is None for part in parts):
+        return None
+    return Int4Weights(*(torch.cat([getattr(part, name) for part in parts]) for name in ("nibbles", "scales", "mins")),
+                       kernel=parts[0].kernel)
+
+
+def attach_int4(model: torch.nn.Module, layers: dict[str, Int4Weights], kernel) -> int:
+    """Give each int8 linear named in `layers` its 4-bit form (kvqa.model.int4), decoded by `kernel`; how many (fuse()
+    takes it from a set fused for the step unless each has one). The products' description (products_of, a cache's
+    key) says so."""
+    attached = 0
+    for name, module in model.named_modules():
+        if isinstance(module, Int8Linear) and name in layers:
+            weights = layers[name]
+            if weights.nibbles.shape != (module.out_features, module.in_features // 2):
+                shape = tuple(weights.nibbles.shape)
+                raise ModelError("model.copy_incomplete", missing=f"{name} (4-bit shape {shape})")
+            module.int4 = dataclasses.replace(weights, kernel=kernel)
+            attached += 1
+    if attached:
+        model.config.kvqa_products += f", the GGUF's 4-bit layers decoded by {kernel}"
+    return attached

@@ -45,6 +45,11 @@ def cpu_vendor() -> str:
     return _cpuinfo("vendor_id").partition(":")[2].strip()
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether /proc/cpuinfo lists `flag` ("avx512_vnni") among this CPU's."""
+    return flag in _cpuinfo("flags").partition(":")[2].split()
+
+
 def vector_cpu() -> bool:
     """Whether this is what kvqa's C kernels are written for: an x86-64 CPU with AVX2 or AVX-512."""
     return platform.machine() == "x86_64" and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

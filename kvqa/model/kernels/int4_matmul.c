@@ -1,0 +1,107 @@
+/* kvqa's 4-bit product for few input rows (a decode step, a drafted run): y = x W^T, W held as 4-bit weights q in
+ * 0..15 with, for each run of 32 weights of a row, a float16 scale s and min m: w = s q - m (llama.cpp's Q4_K
+ * sub-blocks, kept as they are: kvqa/model/int4.py). kvqa/model/kernels/int4_kernel.py builds it for the CPU it runs
+ * on (cc -O3 -march=native -fopenmp) where AVX-512 with VNNI is, and calls it through ctypes.
+ *
+ * A decode step reads every weight once, so its time is bytes / bandwidth: 4 bits and 4 bytes of scales per 32
+ * weights are 0.625 bytes a weight, against int8's 1. To read them at that rate the multiplying must be cheap: as
+ * llama.cpp does, each run of 32 inputs is rounded to int8 times a float scale (dx, amax / 127), and 64 weights at a
+ * time meet their inputs in one integer dot-product instruction (vpdpbusd: unsigned 4-bit weights by signed int8
+ * inputs, sums of four in 16 int32 lanes). Per run: y += s dx (q . xq) - m dx (sum of xq). Each row of W is packed as
+ * K / 2 bytes, 32 bytes per 64 weights: byte j holds weight j in its low half and weight j + 32 in its high half.
+ *
+ * Each output element sums its runs in ascending k in one float accumulator of 16 lanes, then the lanes: the same
+ * operations in the same order whatever the number of input rows, so an output row depends on its own input row
+ * alone, bit for bit. K must be a multiple of 64. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__)
+#error "kvqa's 4-bit kernel needs AVX-512 with VNNI"
+#endif
+
+#define ROWS 4    /* weight rows read together */
+#define AHEAD 2   /* prefetch the weight rows this many blocks of ROWS ahead */
+
+/* One input row's runs of 32 as int8 (xq, K bytes) with their scales (dx) and their sums times their scales (dsum). */
+static void quantize_row(const float *x, int64_t K, int8_t *xq, float *dx, float *dsum) {
+    for (int64_t g = 0; g < K / 32; g++) {
+        const float *run = x + g * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(run[i]));
+        float d = amax / 127.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++) {
+            int v = (int)nearbyintf(run[i] * inv);
+            xq[g * 32 + i] = (int8_t)v;
+            sum += v;
+        }
+        dx[g] = d;
+        dsum[g] = d * (float)sum;
+    }
+}
+
+/* ROWS outputs (or `rows`, at the end) of one input row: weight rows n0.., packed, each K / 2 bytes. The runs are
+ * taken 16 at a time (512 weights, 8 dot products): their 16 scales times the inputs' scales in one vector, each
+ * product's two spread over its lanes by a permutation; the mins' term is one dot product per 16 runs. */
+static inline __attribute__((always_inline)) void block(const int8_t *xq, const float *dx, const float *dsum,
+                                                        const uint8_t *w, const uint16_t *scale, const uint16_t *min,
+                                                        float *y, int64_t K, int64_t n0, int rows, int first) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const int64_t runs = K / 32, half = K / 2;
+    const uint8_t *wn = w + n0 * half;
+    __m512 acc[ROWS], minus[ROWS];
+    for (int r = 0; r < rows; r++) acc[r] = minus[r] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < runs; g0 += 16) {
+        int n = runs - g0 < 16 ? (int)(runs - g0) : 16;  /* runs in this stretch: 16, or fewer at the end */
+        __mmask16 mask = (__mmask16)((1u << n) - 1);
+        __m512 dxv = _mm512_maskz_loadu_ps(mask, dx + g0), dsv = _mm512_maskz_loadu_ps(mask, dsum + g0);
+        __m512 sd[ROWS];
+        for (int r = 0; r < rows; r++) {
+            const int64_t at = (n0 + r) * runs + g0;
+            sd[r] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, scale + at)), dxv);
+            minus[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, min + at)), dsv, minus[r]);
+        }
+        for (int p = 0; p < n; p += 2) {  /* 64 weights: runs g0 + p and g0 + p + 1 */
+            const int64_t k = (g0 + p) * 32;
+            const __m512i spread = _mm512_set_epi32(p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1,
+                                                    p, p, p, p, p, p, p, p);
+            __m512i xv = _mm512_loadu_si512((const void *)(xq + k));
+            if (first) {  /* as many bytes as this step reads, in memory order, AHEAD blocks on */
+                const uint8_t *ahead = wn + AHEAD * ROWS * half + (k / 2) * ROWS;
+                for (int line = 0; line < ROWS * 32; line += 64) _mm_prefetch((const char *)(ahead + line), _MM_HINT_T0);
+            }
+            for (int r = 0; r < rows; r++) {
+                const uint8_t *at = wn + r * half + k / 2;
+                __m256i packed = _mm256_loadu_si256((const __m256i *)at);
+                __m256i lo = _mm256_and_si256(packed, low);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
+                __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, sd[r]), acc[r]);
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) y[n0 + r] = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(minus[r]);
+}
+
+void kvqa_int4_matmul(const float *x, const uint8_t *w, const uint16_t *scale, const uint16_t *min, float *y,
+                      int64_t M, int64_t N, int64_t K, int threads) {
+    int8_t *xq = malloc((size_t)(M * K));
+    float *dx = malloc(sizeof(float) * (size_t)(M * K / 32));
+    float *dsum = malloc(sizeof(float) * (size_t)(M * K / 32));
+    for (int64_t i = 0; i < M; i++) quantize_row(x + i * K, K, xq + i * K, dx + i * K / 32, dsum + i * K / 32);
+    int64_t blocks = (N + ROWS - 1) / ROWS;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t n0 = b * ROWS;
+        int rows = n0 + ROWS <= N ? ROWS : (int)(N - n0);
+        for (int64_t i = 0; i < M; i++)  /* the block's rows stay in cache for the next input rows */
+            block(xq + i * K, dx + i * K / 32, dsum + i * K / 32, w, scale, min, y + i * N, K, n0, rows, i == 0);
+    }
+    free(xq);
+    free(dx);
+    free(dsum);
+}
