@@ -67,12 +67,13 @@ def random_int4(rows: int, width: int, seed: int = 0) -> Int4Weights:
 
 
 def promised(x: torch.Tensor, w: Int4Weights) -> torch.Tensor:
-    """The kernel's arithmetic in float64: each run of 32 inputs rounded to int8 times amax / 127, then per run
-    scale dx (q . xq) - min dx sum(xq)."""
+    """The kernel's arithmetic: each run of 32 inputs rounded to int8 (in float32: x times 127 / amax, to nearest, ties
+    to even) times dx = amax / 127, then in float64 per run scale dx (q . xq) - min dx sum(xq)."""
     m, k = x.shape
-    runs = x.double().view(m, k // 32, 32)
+    runs = x.float().view(m, k // 32, 32)
     dx = runs.abs().amax(-1) / 127
-    xq = torch.round(runs / torch.where(dx > 0, dx, 1)[..., None])
+    xq = torch.round(runs * torch.where(dx > 0, 1 / dx, 0)[..., None]).double()
+    dx = dx.double()
     n = w.nibbles.shape[0]
     q = torch.cat((w.nibbles.view(n, k // 64, 1, 32) & 15, w.nibbles.view(n, k // 64, 1, 32) >> 4), 2)
     q = q.view(n, k // 32, 32).double()
@@ -82,10 +83,11 @@ def promised(x: torch.Tensor, w: Int4Weights) -> torch.Tensor:
 
 
 @needs_kernel
-@pytest.mark.parametrize("width", [64, 576, 1536])  # 576: a last stretch of fewer than 16 runs
+@pytest.mark.parametrize("width", [64, 576, 1536, 4608])  # 576: a last stretch of fewer than 16 runs; 4608: rows
+# long enough to be read one at a time
 def test_the_4bit_kernel_computes_what_it_promises_each_row_its_own(width):
     w = random_int4(37, width)  # 37 rows: blocks of 4 and a rest
-    x = torch.randn(5, width)
+    x = torch.randn(5, width, generator=torch.Generator().manual_seed(width))
     y = KERNEL(x, w.nibbles, w.scales, w.mins)
     torch.testing.assert_close(y.double(), promised(x, w), rtol=1e-4, atol=1e-4)
     exact = x.double() @ int4.unpack(w).double().T  # int8 inputs: close to the float product
