@@ -23,6 +23,7 @@ import torch
 import kvqa
 from kvqa.config import Config
 from kvqa.model.loading import model_source
+from kvqa.model.weights import decode_bytes
 from kvqa.prompt import system_text
 
 SAMPLE = Path(__file__).resolve().parent.parent / "assets" / "declaration-of-independence.md"
@@ -48,7 +49,7 @@ def kvqa_rows(name: str, read_bandwidth: float) -> None:
         doc = kvqa.prefill(lm, document, config=Config.of(model=name))
         seconds = time.perf_counter() - started
         row = dict(engine="kvqa", model=name, tokens=doc.tokens, first_read_tps=round(doc.tokens / seconds, 1),
-                   floor_ms=round((lm.weight_bytes + doc.cache_bytes) / read_bandwidth * 1000, 1))
+                   floor_ms=round((decode_bytes(lm.model) + doc.cache_bytes) / read_bandwidth * 1000, 1))
         for draft in (6, 0):
             answers = [kvqa.answer(lm, doc, q, max_new_tokens=48, repeat_stop=0, draft_tokens=draft) for q in QUESTIONS]
             row[f"draft{draft}"] = dict(ttft_s=[round(a.timings.ttft_s, 2) for a in answers],

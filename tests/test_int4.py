@@ -18,7 +18,7 @@ from kvqa.model import int4, offline
 from kvqa.model.int4 import Int4Weights
 from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.loading import _load_int8_copy, prepare
-from kvqa.model.weights import Int8Linear, attach_int4, fuse, int8_rows, quantize
+from kvqa.model.weights import Int8Linear, attach_int4, decode_bytes, fuse, int8_rows, quantize
 from test_llama_step import steps_both_ways
 from test_qwen import tiny_qwen, written
 from test_weights import QUESTIONS_ASKED, TEXT
@@ -150,8 +150,12 @@ def test_a_qwen2_with_4bit_layers_steps_as_its_forward_and_answers_as_a_recomput
     quantize(model, "int8")
     written(model, tmp_path)
     loaded = _load_int8_copy(tmp_path, "tiny-qwen", "sdpa")
-    products = loaded.config.kvqa_products
-    assert attach_int4(loaded, with_int4(loaded), KERNEL) > 0
+    products, read = loaded.config.kvqa_products, decode_bytes(loaded)
+    layers = with_int4(loaded)
+    assert attach_int4(loaded, layers, KERNEL) == len(layers)
+    four_bit = sum(w.nbytes for w in layers.values())
+    rows = sum(m.rows.nbytes + m.scales.nbytes for n, m in loaded.named_modules() if n in layers)
+    assert decode_bytes(loaded) == read - rows + four_bit  # what a step reads: the 4-bit forms instead
     assert loaded.config.kvqa_products != products  # a cache's key tells 4-bit decoding apart
     lm = prepare(loaded, tokenizer, name="tiny-qwen", device=torch.device("cpu"), weights="int8")
     mlp = lm.model.model.layers[1].mlp

@@ -354,6 +354,21 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
+def decode_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weights a decode step reads: each linear layer's 4-bit form where it has one, else its int8 rows and
+    scales (or float weights), the norms and biases; of the embedding one row (nothing, counted here)."""
+    total, embedding = 0, model.get_input_embeddings()
+    for module in model.modules():
+        if module is embedding:
+            continue
+        if isinstance(module, Int8Linear):
+            total += (module.int4.nbytes if module.int4 is not None else module.rows.nbytes + module.scales.nbytes)
+            total += module.bias.nbytes if module.bias is not None else 0
+        else:
+            total += sum(p.nbytes for p in module.parameters(recurse=False))
+    return total
+
+
 def fuse(*linears: torch.nn.Module) -> torch.nn.Module:
     """One module computing the linears' outputs side by side, from one matrix that holds their rows one under the
     other; each linear's rows become a view of it (nothing is held twice)."""
