@@ -57,17 +57,47 @@ class _BufferLayer(DynamicLayer):
         if tensor is not None:
             raise AttributeError("a kvqa cache layer's values are its buffer's filled part")
 
+    # the narrow interface every writer and reader goes through (transformers' update below, the written-out steps,
+    # the C layer loop, the store's tensors()): a cache form is a change here, not in each of them
+
+    def write(self, position: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold the keys and values (B, kv_heads, T, head_dim) of positions position.. position + T - 1, rounded to
+        the cache's dtype; the length is the caller's to advance."""
+        end = position + keys.shape[-2]
+        assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
+        self.key_buffer[:, :, position: end].copy_(keys)
+        self.value_buffer[:, :, position: end].copy_(values)
+
+    def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of positions start.. end - 1, as views."""
+        return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]
+
+    def visible(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the token at position end - 1 attends to: from 0, or for a sliding window its last `window`
+        positions."""
+        return self.read(0 if self.window is None else max(0, end - self.window), end)
+
+    def addresses(self, dtype: torch.dtype) -> tuple[int, int, int] | None:
+        """(keys' address, values' address, elements from one position to the next) for C that writes and reads the
+        buffers in place (kvqa.model.kernels.llama_layer), or None where they are not laid out as it reads them."""
+        buffers = (self.key_buffer, self.value_buffer)
+        if not all(b.dtype == dtype and b.is_contiguous() for b in buffers):
+            return None
+        return self.key_buffer.data_ptr(), self.value_buffer.data_ptr(), self.key_buffer.stride(1)
+
+    @property
+    def nbytes(self) -> int:
+        return self.key_buffer.nbytes + self.value_buffer.nbytes if self.is_initialized else 0
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
-        assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
-        self.key_buffer[:, :, self.length: end].copy_(key_states)
-        self.value_buffer[:, :, self.length: end].copy_(value_states)
+        self.write(self.length, key_states, value_states)
         start = self.window_start
         self.length = end
         if start:
-            return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]  # what the window sees
+            return self.read(start, end)  # what the window sees: the W - 1 before the new tokens, and themselves
         return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -137,9 +167,7 @@ class KVCache(Cache):
     @property
     def nbytes(self) -> int:
         """Bytes held by the buffers, reserve included."""
-        return sum(
-            layer.key_buffer.nbytes + layer.value_buffer.nbytes for layer in self.layers if layer.is_initialized
-        )
+        return sum(layer.nbytes for layer in self.layers)
 
     def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's (keys, values) over the current length, as views."""

@@ -88,11 +88,8 @@ class GemmaStep:
             cos, sin = rope[kind]
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
             q, k = qk[:, :h], qk[:, h:]
-            held.key_buffer[:, :, position: position + 1].copy_(k)
-            held.value_buffer[:, :, position: position + 1].copy_(
-                qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
-            start = held.window_start  # what the window sees (the cache's length is still `position`)
-            keys, values = held.key_buffer[:, :, start: position + 1], held.value_buffer[:, :, start: position + 1]
+            held.write(position, k, qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
+            keys, values = held.visible(position + 1)  # what the window sees
             out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
             x = x + layer.post_attn_norm(layer.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
             gate, up = layer.gate_up(layer.pre_mlp_norm(x)).chunk(2, dim=-1)

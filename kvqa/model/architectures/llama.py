@@ -103,9 +103,8 @@ class LlamaStep:
             qkv = layer.qkv(layer.in_norm(x))  # (1, 1, (H + 2 KV) D)
             qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
-            held.key_buffer[:, :, position: position + 1].copy_(qk[:, h:])
-            held.value_buffer[:, :, position: position + 1].copy_(qkv[..., (h + kv) * d:].view(1, kv, 1, d))
-            keys, values = held.key_buffer[:, :, : position + 1], held.value_buffer[:, :, : position + 1]
+            held.write(position, qk[:, h:], qkv[..., (h + kv) * d:].view(1, kv, 1, d))
+            keys, values = held.visible(position + 1)
             out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
             x = x + layer.o_proj(out.reshape(1, 1, h * d))
             gate, up = layer.gate_up(layer.post_norm(x)).chunk(2, dim=-1)

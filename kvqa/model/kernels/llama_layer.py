@@ -96,8 +96,7 @@ class CLayers:
 
     def takes(self, cache) -> bool:
         """Whether C reads this cache's buffers as they are laid out: the model's cache dtype, contiguous."""
-        held = cache.layers[0]
-        return all(b.dtype == self.cache_dtype and b.is_contiguous() for b in (held.key_buffer, held.value_buffer))
+        return cache.layers[0].addresses(self.cache_dtype) is not None
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache, position: int) -> torch.Tensor:
         scratch = torch.empty(self.size)  # x | norm's and products' rows | q, k, v | attention | gate, up | act
@@ -107,10 +106,9 @@ class CLayers:
         cos, sin = cos.contiguous(), sin.contiguous()
         at, threads, base = self.address, torch.get_num_threads(), scratch.data_ptr()
         attention, mlp_out = self.library.kvqa_llama_attention, self.library.kvqa_llama_mlp_out
-        stride = cache.layers[0].key_buffer.stride(1)
         for i, (held, act_fn) in enumerate(zip(cache.layers, self.act_fns)):
-            if attention(at, i, base, position, cos.data_ptr(), sin.data_ptr(), held.key_buffer.data_ptr(),
-                         held.value_buffer.data_ptr(), stride, threads):
+            keys, values, stride = held.addresses(self.cache_dtype)
+            if attention(at, i, base, position, cos.data_ptr(), sin.data_ptr(), keys, values, stride, threads):
                 raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
             torch.mul(act_fn(gate), up, out=act)  # PyTorch's activation, as the forward's
             mlp_out(at, i, base, threads)
