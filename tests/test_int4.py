@@ -13,15 +13,13 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize
 
-import kvqa
 from kvqa.model import int4, offline
 from kvqa.model.int4 import Int4Weights
 from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.loading import _load_int8_copy, prepare
 from kvqa.model.weights import Int8Linear, attach_int4, decode_bytes, fuse, int8_rows, quantize
 from test_llama_step import steps_both_ways
-from test_qwen import tiny_qwen, written
-from test_weights import QUESTIONS_ASKED, TEXT
+from test_qwen import answers_as_a_recompute, tiny_qwen, written
 
 KERNEL = choose_int4_kernel()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason="kvqa's 4-bit kernel needs AVX-512 with VNNI and a C compiler")
@@ -165,14 +163,7 @@ def test_a_qwen2_with_4bit_layers_steps_as_its_forward_and_answers_as_a_recomput
         assert torch.equal(fast, forward)
     for (k, v), (k0, v0) in zip(fast_cache, forward_cache):
         assert torch.equal(k, k0) and torch.equal(v, v0)
-    document = kvqa.document_from_text(TEXT)
-    config = kvqa.Config.of(chunk_size=128, max_new_tokens=12, repeat_stop=0)
-    doc = kvqa.prefill(lm, document, config=config)
-    for question in QUESTIONS_ASKED:  # English and Chinese
-        cached = kvqa.answer(lm, doc, question, max_new_tokens=12, repeat_stop=0)
-        again = kvqa.answer_without_cache(lm, document, question, config=config, prompt=doc.prompt,
-                                          same_schedule=True)
-        assert cached.token_ids == again.token_ids and len(cached.token_ids) > 0, question
+    answers_as_a_recompute(lm)
 
 
 def test_a_copy_gets_its_4bit_layers_once_and_again_when_damaged(tmp_path, monkeypatch):

@@ -103,6 +103,12 @@ def test_int8_qwen2_answers_from_its_copy_are_a_recompute_in_the_same_chunks(tmp
     lm = prepare(_load_int8_copy(tmp_path, "tiny-qwen", "sdpa"), tokenizer, name="tiny-qwen",
                  device=torch.device("cpu"), weights="int8")
     assert lm.weights == "int8"
+    answers_as_a_recompute(lm)
+
+
+def answers_as_a_recompute(lm) -> None:
+    """Each labelled question (English and Chinese) answered from the prefilled cache is, token for token, a recompute
+    in the same chunks, and the cache rolls back to the document."""
     document = kvqa.document_from_text(TEXT)
     config = kvqa.Config.of(chunk_size=128, max_new_tokens=12, repeat_stop=0)
     doc = kvqa.prefill(lm, document, config=config)
