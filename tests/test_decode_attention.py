@@ -41,7 +41,8 @@ def reference(query, keys, values, scale):
 @needs_a_build
 @pytest.mark.parametrize("which", ["native", "avx2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kv, group, d", [(3, 3, 64), (8, 3, 128), (1, 4, 256), (2, 7, 64), (1, 1, 16), (2, 8, 32)])
+@pytest.mark.parametrize("kv, group, d", [(3, 3, 64), (8, 3, 128), (1, 4, 256), (2, 6, 128), (2, 7, 64), (1, 1, 16),
+                                         (2, 8, 32)])
 @pytest.mark.parametrize("length", [1, 7, 8, 9, 15, 16, 17, 511, 512, 513, 1100])
 def test_attention_is_the_reference_within_rounding(builds, which, dtype, kv, group, d, length):
     if which not in builds:

@@ -18,6 +18,7 @@ from kvqa.model.int4 import Int4Weights
 from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.loading import _load_int8_copy, prepare
 from kvqa.model.weights import Int8Linear, attach_int4, decode_bytes, fuse, int8_rows, quantize
+from test_llama_layer import assert_same, layers_in_c_run, python_loop
 from test_llama_step import steps_both_ways
 from test_qwen import answers_as_a_recompute, tiny_qwen, written
 
@@ -158,11 +159,11 @@ def test_a_qwen2_with_4bit_layers_steps_as_its_forward_and_answers_as_a_recomput
     lm = prepare(loaded, tokenizer, name="tiny-qwen", device=torch.device("cpu"), weights="int8")
     mlp = lm.model.model.layers[1].mlp
     assert mlp.down_proj.int4 is not None and lm.model.model.layers[0].self_attn.q_proj.int4 is None  # v is not
-    (fast_logits, fast_cache), (forward_logits, forward_cache) = steps_both_ways(lm, prompt_tokens=37, steps=6)
-    for fast, forward in zip(fast_logits, forward_logits):
-        assert torch.equal(fast, forward)
-    for (k, v), (k0, v0) in zip(fast_cache, forward_cache):
-        assert torch.equal(k, k0) and torch.equal(v, v0)
+    in_c = assert_same(steps_both_ways(lm, prompt_tokens=37, steps=6))
+    if layers_in_c_run():  # the C layer loop: int8 and 4-bit products, biases
+        assert lm.step.in_c is not None
+        in_python = assert_same(steps_both_ways(python_loop(lm), prompt_tokens=37, steps=6))
+        assert all(torch.equal(a, b) for a, b in zip(in_c, in_python))
     answers_as_a_recompute(lm)
 
 

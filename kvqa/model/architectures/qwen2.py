@@ -1,7 +1,7 @@
 """Qwen2 (Qwen2.5 and Qwen2.5-Coder): Llama's layer with biases on the query, key and value projections. Its decode
 step is Llama's (architectures/llama.py): the fused q|k|v product keeps the three biases (kvqa.model.weights.fuse)
-and adds them after the product, as the model does; its RMSNorm is Llama's arithmetic (kvqa.model.norms). The C layer
-loop takes no biases (kvqa.model.kernels.llama_layer), so the step's loop runs in PyTorch."""
+and adds them after the product, as the model does; its RMSNorm is Llama's arithmetic (kvqa.model.norms). With int8
+weights the C layer loop (kvqa.model.kernels.llama_layer) runs its layers, the biases added there."""
 
 from __future__ import annotations
 

@@ -215,6 +215,10 @@ static void attend_part_any(const float *q, const void *k, const void *v, int64_
         attend_part(q, k, v, n, 3, 128, scale, bf16, partial);  /* Llama 3.2 3B */
     else if (g == 4 && d == 256)
         attend_part(q, k, v, n, 4, 256, scale, bf16, partial);  /* Gemma 3 270M */
+    else if (g == 6 && d == 128)
+        attend_part(q, k, v, n, 6, 128, scale, bf16, partial);  /* Qwen2.5 1.5B */
+    else if (g == 7 && d == 64)
+        attend_part(q, k, v, n, 7, 64, scale, bf16, partial);  /* Qwen2.5 0.5B */
     else
         attend_part(q, k, v, n, g, d, scale, bf16, partial);
 }

@@ -31,6 +31,7 @@ class Int4Kernel:
 
     name: str
     multiply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+    address: int | None = None  # kvqa_int4_matmul's, for C that calls it (kvqa.model.kernels.llama_layer)
 
     def __call__(self, x: torch.Tensor, nibbles: torch.Tensor, scales: torch.Tensor,
                  mins: torch.Tensor) -> torch.Tensor:
@@ -60,7 +61,7 @@ def load(path: Path) -> Int4Kernel:
                  torch.get_num_threads())
         return y
 
-    return Int4Kernel("kvqa's 4-bit AVX-512 VNNI kernel", run)
+    return Int4Kernel("kvqa's 4-bit AVX-512 VNNI kernel", run, ctypes.cast(multiply, ctypes.c_void_p).value)
 
 
 @functools.cache

@@ -3,18 +3,22 @@
  * milliseconds a token on 2 cores. kvqa/model/kernels/llama_layer.py builds it for the CPU it runs on and calls it
  * through ctypes.
  *
- * The products, the norms and the attention are not computed here: they are kvqa's own kernels (int8_matmul.c,
- * rms_norm.c, decode_attention.c), called through the addresses of the very functions the model's forward calls, so
- * their bits are the forward's. What this file computes itself is what PyTorch computed between them, operation by
- * operation in the same roundings: the rotation q * cos + roll(q, D / 2) * sin (two products, then their sum: built
- * with -ffp-contract=off, so no fused multiply-add merges them), the keys and values written into the cache (float32,
- * or bfloat16 rounded to nearest even as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays
+ * The products, the norms and the attention are not computed here: they are kvqa's own kernels (int8_matmul.c, the
+ * 4-bit int4_matmul.c for a layer that has that form, rms_norm.c, decode_attention.c), called through the addresses of
+ * the very functions the model's forward calls, so their bits are the forward's. A projection's bias (Qwen2's q, k
+ * and v) is added after its product, one float32 sum an element, as the forward's `y + bias`.
+ * What this file computes itself is what PyTorch computed between them, operation by operation in the same roundings:
+ * the rotation q * cos + roll(q, D / 2) * sin (two products, then their sum: built with -ffp-contract=off, so no fused
+ * multiply-add merges them), the keys and values written into the cache (float32, or bfloat16 rounded to nearest even
+ * as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays
  * PyTorch's, between the two calls. */
 #include <stdint.h>
 #include <string.h>
 
 typedef void (*matmul_fn)(const float *x, const int8_t *w, const uint16_t *scale, float *y, int64_t M, int64_t N,
                           int64_t K, int64_t G, int threads);
+typedef void (*int4_fn)(const float *x, const uint8_t *nibbles, const uint16_t *scale, const uint16_t *min,
+                        float *y, int64_t M, int64_t N, int64_t K, int threads);
 typedef void (*norm_fn)(const float *x, const float *weight, float *out, int64_t M, int64_t K, float eps,
                         int threads);
 typedef int (*attention_fn)(const float *query, const void *keys, const void *values, int64_t head_stride,
@@ -24,6 +28,9 @@ struct matrix {  /* int8 rows (n, k) times bfloat16 scales, one per run of `run`
     const int8_t *rows;
     const uint16_t *scales;
     int64_t n, k, run;
+    const float *bias;  /* (n,) float32, or NULL */
+    const uint8_t *nibbles;  /* the 4-bit form (n, k / 2), with float16 scales and mins per 32 weights; NULL: none */
+    const uint16_t *scales4, *mins4;
 };
 
 struct layer {
@@ -37,6 +44,7 @@ struct model {
     float scaling;
     int bf16;  /* the cache holds bfloat16 (else float32) */
     matmul_fn matmul;
+    int4_fn int4;  /* NULL where no layer has a 4-bit form */
     norm_fn norm;
     attention_fn attend;
     const struct layer *layers;
@@ -54,7 +62,12 @@ struct model {
 int64_t kvqa_llama_scratch(const struct model *m) { return ACT(m) + m->inter; }
 
 static void product(const struct model *m, const struct matrix *w, const float *x, float *y, int threads) {
-    m->matmul(x, w->rows, w->scales, y, 1, w->n, w->k, w->run, threads);
+    if (w->nibbles)
+        m->int4(x, w->nibbles, w->scales4, w->mins4, y, 1, w->n, w->k, threads);
+    else
+        m->matmul(x, w->rows, w->scales, y, 1, w->n, w->k, w->run, threads);
+    if (w->bias)
+        for (int64_t i = 0; i < w->n; i++) y[i] = y[i] + w->bias[i];
 }
 
 static uint16_t to_bfloat16(float f) {  /* round to nearest even, as PyTorch's conversion (NaN: its quiet NaN) */

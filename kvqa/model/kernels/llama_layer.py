@@ -1,11 +1,12 @@
 """A Llama-family decode step's layers in C (llama_layer.c, built for this CPU at first use: kvqa.model.kernels.native),
-for int8 weights on kvqa's own kernels: two C calls a layer around PyTorch's activation, where the written-out step in
-Python runs some 80 PyTorch operations a layer between the same kernels.
+for int8 weights on kvqa's own kernels (Llama, and Qwen2 with its q/k/v biases): two C calls a layer around PyTorch's
+activation, where the written-out step in Python runs some 80 PyTorch operations a layer between the same kernels.
 
-The C code calls the int8 product, the norm and the decode attention through the addresses of the functions the
-model's forward calls, and computes the rotation, the cache writes and the residual sums in PyTorch's roundings: the
-logits and the cache are the forward's bit for bit (tests/test_llama_step.py). `layers_in_c` says None where that
-cannot hold (float32 weights, torch's kernels, a cache in another dtype): the step then runs its Python loop.
+The C code calls the int8 product (or the 4-bit one for a layer that has that form: kvqa.model.int4), the norm and the
+decode attention through the addresses of the functions the model's forward calls, adds the biases, and computes the
+rotation, the cache writes and the residual sums in PyTorch's roundings: the logits and the cache are the forward's bit
+for bit (tests/test_llama_layer.py, test_qwen.py, test_int4.py). `layers_in_c` says None where that cannot hold
+(float32 weights, torch's kernels, a cache in another dtype): the step then runs its Python loop.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ FLAGS = ("-ffp-contract=off",)  # a * b + c stays two roundings, as PyTorch's tw
 
 
 class Matrix(ctypes.Structure):
-    _fields_ = [("rows", c_void_p), ("scales", c_void_p), ("n", c_int64), ("k", c_int64), ("run", c_int64)]
+    _fields_ = [("rows", c_void_p), ("scales", c_void_p), ("n", c_int64), ("k", c_int64), ("run", c_int64),
+                ("bias", c_void_p), ("nibbles", c_void_p), ("scales4", c_void_p), ("mins4", c_void_p)]
 
 
 class Layer(ctypes.Structure):
@@ -38,7 +40,8 @@ class Layer(ctypes.Structure):
 
 class Model(ctypes.Structure):
     _fields_ = [("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("dim", c_int64),
-                ("inter", c_int64), ("scaling", c_float), ("bf16", c_int), ("matmul", c_void_p), ("norm", c_void_p),
+                ("inter", c_int64), ("scaling", c_float), ("bf16", c_int), ("matmul", c_void_p), ("int4", c_void_p),
+                ("norm", c_void_p),
                 ("attend", c_void_p), ("layers", POINTER(Layer))]
 
 
@@ -63,16 +66,29 @@ def library():
 
 
 def _matrix(linear) -> Matrix | None:
-    """An int8 linear layer (kvqa.model.weights.Int8Linear) as C reads it, or None where it is not one C can run."""
+    """An int8 linear layer (kvqa.model.weights.Int8Linear) as C reads it: its int8 rows, its bias and its 4-bit form
+    where it has them; None where it is not one C can run."""
     rows, scales, kernel = (getattr(linear, name, None) for name in ("rows", "scales", "kernel"))
-    if rows is None or scales is None or getattr(kernel, "address", None) is None or linear.bias is not None:
-        return None  # a bias (Qwen2's q/k/v) is not added in C: the step's loop in PyTorch runs such a model
+    if rows is None or scales is None or getattr(kernel, "address", None) is None:
+        return None
     n, k = rows.shape
     run = k // scales.shape[1] if scales.dim() == 2 else k
     if (rows.dtype != torch.int8 or scales.dtype != torch.bfloat16 or not rows.is_contiguous()
             or not scales.is_contiguous() or k % 16 or run % 16):
         return None
-    return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run)
+    bias, int4 = linear.bias, getattr(linear, "int4", None)
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,) or not bias.is_contiguous()):
+        return None
+    if int4 is None:
+        return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run, _address(bias))
+    parts = (int4.nibbles, int4.scales, int4.mins)
+    if getattr(int4.kernel, "address", None) is None or k % 64 or not all(t.is_contiguous() for t in parts):
+        return None  # what the int4 kernel's caller checks (kvqa.model.kernels.int4_kernel)
+    return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run, _address(bias), *(t.data_ptr() for t in parts))
+
+
+def _address(bias: torch.Tensor | None) -> int | None:
+    return None if bias is None else bias.data_ptr()
 
 
 def _norm(module) -> tuple[int, float, int] | None:
@@ -124,7 +140,7 @@ def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: i
     if (attention.address is None or heads % kv_heads or heads // kv_heads > attention.max_group
             or dim > attention.max_dim or dim % 16 or kv_dtype not in (torch.float32, torch.bfloat16)):
         return None
-    layers, matmuls, norm_kernels, keep = [], set(), set(), []
+    layers, matmuls, int4s, norm_kernels, keep = [], set(), set(), set(), []
     for layer, fused_qkv, fused_gate_up in zip(model.model.layers, qkv, gate_up):
         linears = (fused_qkv, layer.self_attn.o_proj, fused_gate_up, layer.mlp.down_proj)
         matrices = [_matrix(linear) for linear in linears]
@@ -132,13 +148,16 @@ def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: i
         if None in matrices or None in norms:
             return None
         matmuls |= {linear.kernel.address for linear in linears}
+        int4s |= {linear.int4.kernel.address for linear in linears if linear.int4 is not None}
         norm_kernels |= {kernel for _, _, kernel in norms}
         layers.append(Layer(norms[0][0], norms[1][0], norms[0][1], norms[1][1], *matrices))
-        keep += [linear.rows for linear in linears] + [linear.scales for linear in linears]
-    if len(matmuls) != 1 or len(norm_kernels) != 1 or (built := library()) is None:
+        keep += [t for linear in linears for t in (linear.rows, linear.scales, linear.bias) if t is not None]
+        keep += [t for linear in linears if linear.int4 is not None
+                 for t in (linear.int4.nibbles, linear.int4.scales, linear.int4.mins)]
+    if len(matmuls) != 1 or len(int4s) > 1 or len(norm_kernels) != 1 or (built := library()) is None:
         return None
     config, table = model.config, (Layer * len(layers))(*layers)
     c_model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
                     float(model.model.layers[0].self_attn.scaling), int(kv_dtype == torch.bfloat16), matmuls.pop(),
-                    norm_kernels.pop(), attention.address, table)
+                    next(iter(int4s), None), norm_kernels.pop(), attention.address, table)
     return CLayers(built, c_model, table, [layer.mlp.act_fn.forward for layer in model.model.layers], keep, kv_dtype)
