@@ -19,6 +19,7 @@ from kvqa.model.kernels.native import vector_cpu
 from kvqa.model.weights import TO_BFLOAT16, TO_FLOAT32
 from test_llama_step import TEXT, steps_both_ways
 
+
 def layers_in_c_run() -> bool:
     """Whether this machine builds and runs the C layer loop (an x86 CPU with AVX2 or AVX-512, a C compiler)."""
     return vector_cpu() and choose_kernel().address is not None and llama_layer.library() is not None

@@ -217,4 +217,5 @@ def test_qwen2_steps_as_its_forward_does_bit_for_bit(default_lm, llama3_tokenize
     in_c = assert_same(steps_both_ways(lm, prompt_tokens=37, steps=6))
     if weights == "int8" and layers_in_c_run():  # q, k and v's biases added in C
         assert lm.step.in_c is not None
-        assert all(torch.equal(a, b) for a, b in zip(in_c, assert_same(steps_both_ways(python_loop(lm), prompt_tokens=37, steps=6))))
+        in_python = assert_same(steps_both_ways(python_loop(lm), prompt_tokens=37, steps=6))
+        assert all(torch.equal(a, b) for a, b in zip(in_c, in_python))

@@ -140,6 +140,27 @@ def test_long_products_use_the_same_int8_rows_widened(widening):
     assert torch.allclose(short, linear(x)[:1], rtol=0.02, atol=0.05)
 
 
+@WIDENINGS
+@pytest.mark.parametrize("group", [None, 16])
+def test_a_long_product_widened_a_block_of_rows_at_a_time_is_the_whole_ones(widening, group, monkeypatch):
+    """by_blocks: no widened copy of the whole matrix (the last block shorter), each block's product the whole's
+    within rounding."""
+    torch.manual_seed(3)
+    rows, scales = int8_rows(torch.randn(50, 64), group)
+    linear = Int8Linear(rows, scales, widening)
+    x = torch.randn(widening.rows + 5, 64)
+    whole = linear(x)
+    monkeypatch.setattr(weights_module, "BLOCK_WEIGHTS", 64 * 8)  # blocks of 8 rows: 6 and a rest of 2
+    widened_rows = []
+    original = weights_module.F.linear
+    monkeypatch.setattr(weights_module.F, "linear",
+                        lambda a, w, *rest: widened_rows.append(w.shape[0]) or original(a, w, *rest))
+    blocked = linear(x)
+    torch.testing.assert_close(blocked, whole, rtol=1e-2, atol=1e-3)  # a bfloat16 output: ulps apart at most
+    assert torch.equal(blocked[:, 8:16], linear(x)[:, 8:16])  # the same bits again: one rule, run twice
+    assert widened_rows == ([8] * 6 + [2]) * 2
+
+
 @pytest.mark.parametrize("attention", [DecodeAttention("kvqa's", run=lambda q, k, v, s: q), SDPA], ids=str)
 def test_the_widening_is_bfloat16_where_the_cpu_multiplies_bfloat16_fast(monkeypatch, attention):
     """AMX or AVX-512's bfloat16: bfloat16 products and cache; else float32 products, with a bfloat16 cache where
