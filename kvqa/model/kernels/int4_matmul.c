@@ -12,7 +12,9 @@
  *
  * Each output element sums its runs in ascending k in one float accumulator of 16 lanes, then the lanes: the same
  * operations in the same order whatever the number of input rows, so an output row depends on its own input row
- * alone, bit for bit. K must be a multiple of 64. */
+ * alone, bit for bit. K must be a multiple of 64. Input rows are taken TILE at a time, each block of weights unpacked
+ * once for them: the 1.5B's gate|up and down for a 20-token question turn 18% and 31% sooner than row by row
+ * (2026-12-07, 2 cores), one row as before. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 
 #define ROWS 4    /* weight rows read together, for rows shorter than LONG */
 #define LONG 4096 /* rows this long (a down projection's) read one at a time: measured faster cold, 34 GB/s against 19 */
+#define TILE 4    /* input rows multiplied together, each block of weights unpacked once for them */
 #define AHEAD 2   /* prefetch the weight rows this many blocks of ROWS ahead */
 
 /* One input row's runs of 32 as int8 (xq, K bytes), rounded to nearest (ties to even), with their scales (dx) and
@@ -43,49 +46,74 @@ static void quantize_row(const float *x, int64_t K, int8_t *xq, float *dx, float
     }
 }
 
-/* `rows` outputs (at most ROWS; a block is `per` rows) of one input row: weight rows n0.., packed, each K / 2 bytes. The runs are
- * taken 16 at a time (512 weights, 8 dot products): their 16 scales times the inputs' scales in one vector, each
- * product's two spread over its lanes by a permutation; the mins' term is one dot product per 16 runs. */
+/* `rows` outputs (at most ROWS; a block is `per` rows) of `inputs` input rows (at most TILE, each K int8 values with
+ * their runs' scales): weight rows n0.., packed, each K / 2 bytes; y's rows N apart. Each block of weights is
+ * unpacked once for all the inputs. The runs are taken 16 at a time (512 weights, 8 dot products): their 16 scales
+ * times an input's scales in one vector, each product's two spread over its lanes by a permutation; the mins' term is
+ * one dot product per 16 runs. Every output's own operations are the same, in the same order, whatever `inputs`. */
 static inline __attribute__((always_inline)) void block(const int8_t *xq, const float *dx, const float *dsum,
                                                         const uint8_t *w, const uint16_t *scale, const uint16_t *min,
-                                                        float *y, int64_t K, int64_t n0, int rows, int per,
-                                                        int first) {
+                                                        float *y, int64_t N, int64_t K, int64_t n0, int rows, int per,
+                                                        int inputs, int first) {
     const __m256i low = _mm256_set1_epi8(0x0F);
     const int64_t runs = K / 32, half = K / 2;
     const uint8_t *wn = w + n0 * half;
-    __m512 acc[ROWS], minus[ROWS];
-    for (int r = 0; r < rows; r++) acc[r] = minus[r] = _mm512_setzero_ps();
+    __m512 acc[ROWS][TILE], minus[ROWS][TILE];
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < inputs; i++) acc[r][i] = minus[r][i] = _mm512_setzero_ps();
     for (int64_t g0 = 0; g0 < runs; g0 += 16) {
         int n = runs - g0 < 16 ? (int)(runs - g0) : 16;  /* runs in this stretch: 16, or fewer at the end */
         __mmask16 mask = (__mmask16)((1u << n) - 1);
-        __m512 dxv = _mm512_maskz_loadu_ps(mask, dx + g0), dsv = _mm512_maskz_loadu_ps(mask, dsum + g0);
-        __m512 sd[ROWS];
+        __m512 sd[ROWS][TILE];
         for (int r = 0; r < rows; r++) {
             const int64_t at = (n0 + r) * runs + g0;
-            sd[r] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, scale + at)), dxv);
-            minus[r] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, min + at)), dsv, minus[r]);
+            __m512 s = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, scale + at));
+            __m512 m = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, min + at));
+            for (int i = 0; i < inputs; i++) {
+                sd[r][i] = _mm512_mul_ps(s, _mm512_maskz_loadu_ps(mask, dx + i * runs + g0));
+                minus[r][i] = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, dsum + i * runs + g0), minus[r][i]);
+            }
         }
         for (int p = 0; p < n; p += 2) {  /* 64 weights: runs g0 + p and g0 + p + 1 */
             const int64_t k = (g0 + p) * 32;
             const __m512i spread = _mm512_set_epi32(p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1,
                                                     p, p, p, p, p, p, p, p);
-            __m512i xv = _mm512_loadu_si512((const void *)(xq + k));
             if (first) {  /* as many bytes as this step reads, in memory order, AHEAD blocks on */
                 const uint8_t *ahead = wn + AHEAD * per * half + (k / 2) * per;
                 for (int line = 0; line < per * 32; line += 64) _mm_prefetch((const char *)(ahead + line), _MM_HINT_T0);
             }
+            __m512i q[ROWS];
             for (int r = 0; r < rows; r++) {
-                const uint8_t *at = wn + r * half + k / 2;
-                __m256i packed = _mm256_loadu_si256((const __m256i *)at);
+                __m256i packed = _mm256_loadu_si256((const __m256i *)(wn + r * half + k / 2));
                 __m256i lo = _mm256_and_si256(packed, low);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low);
-                __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-                __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, xv);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, sd[r]), acc[r]);
+                q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            }
+            for (int i = 0; i < inputs; i++) {
+                __m512i xv = _mm512_loadu_si512((const void *)(xq + i * K + k));
+                for (int r = 0; r < rows; r++) {
+                    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r], xv);
+                    acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(spread, sd[r][i]),
+                                                acc[r][i]);
+                }
             }
         }
     }
-    for (int r = 0; r < rows; r++) y[n0 + r] = _mm512_reduce_add_ps(acc[r]) - _mm512_reduce_add_ps(minus[r]);
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i < inputs; i++)
+            y[i * N + n0 + r] = _mm512_reduce_add_ps(acc[r][i]) - _mm512_reduce_add_ps(minus[r][i]);
+}
+
+/* block() for `inputs` of 1..TILE, each as its own unrolled code */
+static void tile(const int8_t *xq, const float *dx, const float *dsum, const uint8_t *w, const uint16_t *scale,
+                 const uint16_t *min, float *y, int64_t N, int64_t K, int64_t n0, int rows, int per, int inputs,
+                 int first) {
+    switch (inputs) {
+    case 1: block(xq, dx, dsum, w, scale, min, y, N, K, n0, rows, per, 1, first); break;
+    case 2: block(xq, dx, dsum, w, scale, min, y, N, K, n0, rows, per, 2, first); break;
+    case 3: block(xq, dx, dsum, w, scale, min, y, N, K, n0, rows, per, 3, first); break;
+    default: block(xq, dx, dsum, w, scale, min, y, N, K, n0, rows, per, TILE, first); break;
+    }
 }
 
 void kvqa_int4_matmul(const float *x, const uint8_t *w, const uint16_t *scale, const uint16_t *min, float *y,
@@ -100,8 +128,11 @@ void kvqa_int4_matmul(const float *x, const uint8_t *w, const uint16_t *scale, c
     for (int64_t b = 0; b < blocks; b++) {
         int64_t n0 = b * per;
         int rows = n0 + per <= N ? per : (int)(N - n0);
-        for (int64_t i = 0; i < M; i++)  /* the block's rows stay in cache for the next input rows */
-            block(xq + i * K, dx + i * K / 32, dsum + i * K / 32, w, scale, min, y + i * N, K, n0, rows, per, i == 0);
+        for (int64_t i = 0; i < M; i += TILE) {  /* the block's rows stay in cache for the next tile of inputs */
+            int inputs = M - i < TILE ? (int)(M - i) : TILE;
+            tile(xq + i * K, dx + i * K / 32, dsum + i * K / 32, w, scale, min, y + i * N, N, K, n0, rows, per,
+                 inputs, i == 0);
+        }
     }
     free(xq);
     free(dx);
