@@ -144,17 +144,18 @@ class KvqaApp:
         # each read is announced at once (questions asked before it begins wait for it too), then read in turn
         announce = dict(fn=reads.on_read_asked, inputs=None, outputs=None, concurrency_limit=None, **private)
         read = shown + [page.part]
-        page.upload.upload(**announce).then(reads.on_upload, [page.upload, page.state, lang], read, **private)
+        reading = dict(show_progress_on=page.status, **private)  # one progress bar, on the status, not on every panel
+        page.upload.upload(**announce).then(reads.on_upload, [page.upload, page.state, lang], read, **reading)
         page.read_btn.click(**announce).then(reads.on_paste, [page.pasted, page.state, page.upload, lang], read,
-                                             **private)
-        page.sample_btn.click(**announce).then(reads.on_sample, [page.state, lang], read, **private)
+                                             **reading)
+        page.sample_btn.click(**announce).then(reads.on_sample, [page.state, lang], read, **reading)
         for trigger in (page.part_btn.click, page.part.submit):
-            trigger(**announce).then(reads.on_part, [page.part, page.state, lang], read, **private)
+            trigger(**announce).then(reads.on_part, [page.part, page.state, lang], read, **reading)
         if page.model_box is not None:  # a person's choice, not the app's
-            page.model_box.input(**announce).then(reads.on_model, [page.model_box, page.state, lang], read, **private)
+            page.model_box.input(**announce).then(reads.on_model, [page.model_box, page.state, lang], read, **reading)
         # a question is taken at once (shown, waiting, while a document or a model loads), then answered in turn:
         # the answers of every tab share the "answer" slots; Stop withdraws the questions still waiting
-        answering = dict(concurrency_id="answer", **private)
+        answering = dict(concurrency_id="answer", show_progress_on=page.chat, **private)
         boxes = [page.state, page.baseline_box, page.remember_box, lang, page.ready_box]
         for trigger in (page.ask_btn.click, page.question.submit):
             trigger(questions.on_question, [page.question, page.state, lang], [page.question, page.chat],
@@ -169,9 +170,10 @@ class KvqaApp:
         page.evidence_pick.input(self.evidence.on_evidence, [page.evidence_pick, page.state, lang], page.viewer,
                                  **private)
         page.chat.select(self.evidence.on_chat_select, [page.state, lang], page.viewer, **private)
-        everything = self.language.outputs
-        self.demo.load(self.language.on_load, [page.state], everything + [lang], **private)
-        lang.input(self.language.on_language, [lang, page.state], everything + [lang], **private)
+        everything = self.language.outputs  # the page's texts: instant, no progress shown over them
+        self.demo.load(self.language.on_load, [page.state], everything + [lang], show_progress="hidden", **private)
+        lang.input(self.language.on_language, [lang, page.state], everything + [lang], show_progress="hidden",
+                   **private)
         self.demo.unload(self.tabs.forget)
 
 

@@ -156,3 +156,29 @@ def test_a_long_page_is_read_whole_by_the_model_that_holds_it_and_the_status_say
             no_errors(page)
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_a_reads_progress_shows_on_the_documents_panel_alone(tmp_path, browser, lang):  # noqa: F811
+    """One progress bar for a read, on the document's panel, not one over every panel the read updates."""
+    from app import KvqaApp
+
+    slow = FakeEngine(model="SmolLM2-135M-Instruct", chunks=20, on_chunk=lambda document, chunk: time.sleep(0.4))
+    kvqa_app = KvqaApp(Config.of(cache_dir=tmp_path), slow)
+    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
+    page = context.new_page()
+    try:
+        with served(kvqa_app.demo, kvqa_app) as url:
+            page.goto(url)
+            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
+            shown = page.locator(".progress-text:visible")
+            expect(shown).to_have_count(0, timeout=60_000)  # the page's own start settled
+            upload(page, PUBLIC / "en-long.html", first=True)
+            shown.first.wait_for(timeout=60_000)  # the read under way (8 s)
+            assert slow.prefills == 0
+            where = shown.evaluate_all("els => els.map(e => (e.closest('[id]') || {}).id)")
+            assert where == ["doc-status"], where
+            status(page, "en-long.html")
+            no_errors(page)
+    finally:
+        context.close()
