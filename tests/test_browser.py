@@ -4,6 +4,7 @@ Chinese document and takes assets/ui-zh.png (written into assets/ only with KVQA
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -42,6 +43,26 @@ def browser():
             "--disable-component-update", "--disable-sync"])
         yield browser
         browser.close()
+
+
+NAMES = {"en": "English", "zh": "中文"}  # the language switch's labels
+
+
+@contextlib.contextmanager
+def page_at(browser, url: str, lang: str = "en", *, height: int = 1200):
+    """A fresh page in a browser set to the language's locale, opened at url, once the page has chosen that language
+    (before anything is read); its context closed after."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US",
+                                  viewport={"width": 1400, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(url)
+        expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
+        yield page
+    finally:
+        context.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 from conftest import served
 from fakes import FakeEngine
 from kvqa.config import Config
-from test_browser import browser  # noqa: F401 (the module's browser fixture)
+from test_browser import browser, page_at  # noqa: F401 (the module's browser fixture)
 from test_browser_refusals import NAMES, ask, clear, no_errors
 
 pytestmark = [pytest.mark.browser]
@@ -141,21 +141,14 @@ def test_the_sources_of_an_answer_on_a_document_in_parts_say_which_part_each_lie
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_a_long_page_is_read_whole_by_the_model_that_holds_it_and_the_status_says_why(tmp_path, browser, lang):  # noqa: F811
     kvqa_app, default, gemma = two_models_app(tmp_path, 8192, 32768)  # Gemma's context holds the page whole
-    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
-    page = context.new_page()
-    try:
-        with served(kvqa_app.demo, kvqa_app) as url:
-            page.goto(url)
-            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
-            upload(page, PUBLIC / "en-long.html", first=True)
-            why = "一次能读" if lang == "zh" else "reads it whole"
-            status(page, "en-long.html", "gemma-3-270m", why)
-            assert SAID[lang]["parts"] not in (page.locator("#doc-status").text_content() or "")
-            assert gemma.prefills == 1 and default.prefills == 0
-            expect(page.locator("#model select, #model input").first).to_have_value("gemma-3-270m")
-            no_errors(page)
-    finally:
-        context.close()
+    with served(kvqa_app.demo, kvqa_app) as url, page_at(browser, url, lang) as page:
+        upload(page, PUBLIC / "en-long.html", first=True)
+        why = "一次能读" if lang == "zh" else "reads it whole"
+        status(page, "en-long.html", "gemma-3-270m", why)
+        assert SAID[lang]["parts"] not in (page.locator("#doc-status").text_content() or "")
+        assert gemma.prefills == 1 and default.prefills == 0
+        expect(page.locator("#model select, #model input").first).to_have_value("gemma-3-270m")
+        no_errors(page)
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -165,20 +158,13 @@ def test_a_reads_progress_shows_on_the_documents_panel_alone(tmp_path, browser, 
 
     slow = FakeEngine(model="SmolLM2-135M-Instruct", chunks=20, on_chunk=lambda document, chunk: time.sleep(0.4))
     kvqa_app = KvqaApp(Config.of(cache_dir=tmp_path), slow)
-    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
-    page = context.new_page()
-    try:
-        with served(kvqa_app.demo, kvqa_app) as url:
-            page.goto(url)
-            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
-            shown = page.locator(".progress-text:visible")
-            expect(shown).to_have_count(0, timeout=60_000)  # the page's own start settled
-            upload(page, PUBLIC / "en-long.html", first=True)
-            shown.first.wait_for(timeout=60_000)  # the read under way (8 s)
-            assert slow.prefills == 0
-            where = shown.evaluate_all("els => els.map(e => (e.closest('[id]') || {}).id)")
-            assert where == ["doc-status"], where
-            status(page, "en-long.html")
-            no_errors(page)
-    finally:
-        context.close()
+    with served(kvqa_app.demo, kvqa_app) as url, page_at(browser, url, lang) as page:
+        shown = page.locator(".progress-text:visible")
+        expect(shown).to_have_count(0, timeout=60_000)  # the page's own start settled
+        upload(page, PUBLIC / "en-long.html", first=True)
+        shown.first.wait_for(timeout=60_000)  # the read under way (8 s)
+        assert slow.prefills == 0
+        where = shown.evaluate_all("els => els.map(e => (e.closest('[id]') || {}).id)")
+        assert where == ["doc-status"], where
+        status(page, "en-long.html")
+        no_errors(page)

@@ -19,7 +19,7 @@ from kvqa.errors import QuestionError
 from kvqa.prompt import MAX_QUESTION_CHARS
 from kvqa.results import Answer, AnswerStream
 from kvqa.timing import Timings
-from test_browser import CHROMIUM, browser  # noqa: F401 (the module's browser fixture)
+from test_browser import CHROMIUM, NAMES, browser, page_at  # noqa: F401 (the module's browser fixture)
 
 pytestmark = [pytest.mark.browser]
 
@@ -55,7 +55,6 @@ def fresh_page(request, browser):  # noqa: F811
     context.close()
 
 
-NAMES = {"en": "English", "zh": "中文"}  # the language switch's labels
 TEXTS = {  # what each refusal says, by language
     "en": dict(page="No document loaded yet.", no_document="No document is loaded yet", empty="The question is empty",
                stop="Nothing to stop", part="Load a document first", kind="kvqa cannot read",
@@ -244,38 +243,31 @@ def test_a_models_first_load_shows_its_stages_and_a_question_asked_meanwhile_is_
 
     engine.load = load_telling
     kvqa_app = KvqaApp(config, engine)
-    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1200})
-    page = context.new_page()
-    try:
-        with served(kvqa_app.demo, kvqa_app) as server:
-            page.goto(server)
-            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
-            page.locator("#promise").get_by_text("SmolLM2-135M-Instruct").wait_for(timeout=60_000)  # not loaded yet
-            page.locator("#paste textarea").fill(long_text())
-            page.locator("#read").click()
-            page.get_by_text(STAGES[lang]).first.wait_for(timeout=60_000)  # the read's own progress
-            ask(page, "Who painted the lighthouse on island 2?")
-            bot, notes = page.locator('[data-testid="bot"]').first, []
-            deadline = time.monotonic() + 400
-            while time.monotonic() < deadline:
-                text = bot.inner_text() if bot.count() else ""
-                if "first token" in text or "首 token" in text:
-                    break
-                if text and (not notes or notes[-1] != text):
-                    notes.append(text)
-                page.wait_for_timeout(250)
-            else:
-                pytest.fail(f"no answer; the notes shown: {notes}")
-            keys = [key for key, _ in said]
-            assert [k for k in ("load.convert", "load.write", "load.weights", "load.prepare") if k in keys] == [
-                "load.convert", "load.write", "load.weights", "load.prepare"], said
-            assert [f for _, f in said] == sorted(f for _, f in said), said
-            waiting = [n for n in notes if "%" in n]
-            assert any(STAGES[lang] in n for n in waiting), notes  # the conversion (a minute), said to happen once
-            for stage in (True, False):  # the load's stages, then the read: each figure moves, forward
-                percents = [float(re.search(r"(\d+)%", n).group(1)) for n in waiting
-                            if ("SmolLM2-135M-Instruct" in n) is stage]
-                assert len(set(percents)) >= 2 and percents == sorted(percents), notes
-            no_errors(page)
-    finally:
-        context.close()
+    with served(kvqa_app.demo, kvqa_app) as server, page_at(browser, server, lang) as page:
+        page.locator("#promise").get_by_text("SmolLM2-135M-Instruct").wait_for(timeout=60_000)  # not loaded yet
+        page.locator("#paste textarea").fill(long_text())
+        page.locator("#read").click()
+        page.get_by_text(STAGES[lang]).first.wait_for(timeout=60_000)  # the read's own progress
+        ask(page, "Who painted the lighthouse on island 2?")
+        bot, notes = page.locator('[data-testid="bot"]').first, []
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            text = bot.inner_text() if bot.count() else ""
+            if "first token" in text or "首 token" in text:
+                break
+            if text and (not notes or notes[-1] != text):
+                notes.append(text)
+            page.wait_for_timeout(250)
+        else:
+            pytest.fail(f"no answer; the notes shown: {notes}")
+        keys = [key for key, _ in said]
+        assert [k for k in ("load.convert", "load.write", "load.weights", "load.prepare") if k in keys] == [
+            "load.convert", "load.write", "load.weights", "load.prepare"], said
+        assert [f for _, f in said] == sorted(f for _, f in said), said
+        waiting = [n for n in notes if "%" in n]
+        assert any(STAGES[lang] in n for n in waiting), notes  # the conversion (a minute), said to happen once
+        for stage in (True, False):  # the load's stages, then the read: each figure moves, forward
+            percents = [float(re.search(r"(\d+)%", n).group(1)) for n in waiting
+                        if ("SmolLM2-135M-Instruct" in n) is stage]
+            assert len(set(percents)) >= 2 and percents == sorted(percents), notes
+        no_errors(page)

@@ -5,11 +5,9 @@ not the model)."""
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect
 
 from fakes import FakeEngine
-from test_browser import browser  # noqa: F401 (the module's browser fixture)
-from test_browser_refusals import NAMES  # the language switch's labels
+from test_browser import browser, page_at  # noqa: F401 (the module's browser fixture)
 
 pytestmark = [pytest.mark.browser]
 
@@ -34,24 +32,17 @@ def test_the_shortest_phrase_is_shown_first_and_marked_in_its_source(browser, la
 
     case = CASES[lang]
     kvqa_app = KvqaApp(Config(), FakeEngine(replies={case["question"]: case["answer"]}), budget=CacheBudget(2**30))
-    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    try:
-        with served(kvqa_app.demo, kvqa_app) as server:
-            page.goto(server)
-            # the page in the browser's language (set once it loaded) before anything is read
-            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
-            page.locator("#paste textarea").fill(case["document"])
-            page.locator("#read").click()
-            page.locator("#doc-status").get_by_text(case["ready"]).wait_for(timeout=60_000)
-            page.locator("#question textarea").fill(case["question"])
-            page.locator("#ask").click()
-            bot = page.locator('[data-testid="bot"]').first
-            bot.get_by_text(case["done"]).wait_for(timeout=60_000)  # the latency line: the answer is complete
-            shown = bot.locator("p.kvqa-short")
-            assert shown.inner_text().strip() == f"{case['said']}{' ' if lang == 'en' else ''}{case['phrase']}"
-            marked = bot.locator("blockquote.evidence strong.kvqa-short")  # in the passage, where it says it
-            assert marked.count() == 1 and marked.inner_text() == case["phrase"]
-            assert bot.inner_text().index(case["phrase"]) < bot.inner_text().index(case["answer"][:8])  # first
-    finally:
-        context.close()
+    with served(kvqa_app.demo, kvqa_app) as server, page_at(browser, server, lang, height=1000) as page:
+        # the page in the browser's language (set once it loaded) before anything is read
+        page.locator("#paste textarea").fill(case["document"])
+        page.locator("#read").click()
+        page.locator("#doc-status").get_by_text(case["ready"]).wait_for(timeout=60_000)
+        page.locator("#question textarea").fill(case["question"])
+        page.locator("#ask").click()
+        bot = page.locator('[data-testid="bot"]').first
+        bot.get_by_text(case["done"]).wait_for(timeout=60_000)  # the latency line: the answer is complete
+        shown = bot.locator("p.kvqa-short")
+        assert shown.inner_text().strip() == f"{case['said']}{' ' if lang == 'en' else ''}{case['phrase']}"
+        marked = bot.locator("blockquote.evidence strong.kvqa-short")  # in the passage, where it says it
+        assert marked.count() == 1 and marked.inner_text() == case["phrase"]
+        assert bot.inner_text().index(case["phrase"]) < bot.inner_text().index(case["answer"][:8])  # first

@@ -11,8 +11,8 @@ import pytest
 from playwright.sync_api import expect
 
 from fakes import FakeEngine
-from test_browser import browser  # noqa: F401 (the module's browser fixture)
-from test_browser_refusals import NAMES, no_errors
+from test_browser import browser, page_at  # noqa: F401 (the module's browser fixture)
+from test_browser_refusals import no_errors
 from test_takeover import BEST, FAST, LONG
 
 pytestmark = [pytest.mark.browser]
@@ -45,12 +45,8 @@ def test_a_faster_model_answers_during_the_best_ones_read_and_the_page_shows_the
                        budget=CacheBudget(2**30), models=[BEST, FAST])
     kvqa_app.service._engines.update({BEST: best, FAST: fast})
     said = SAID[lang]
-    context = browser.new_context(locale="zh-CN" if lang == "zh" else "en-US", viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
     try:
-        with served(kvqa_app.demo, kvqa_app) as server:
-            page.goto(server)
-            expect(page.locator("#language").get_by_label(NAMES[lang])).to_be_checked(timeout=60_000)
+        with served(kvqa_app.demo, kvqa_app) as server, page_at(browser, server, lang, height=1000) as page:
             page.locator("#paste textarea").fill(LONG)
             page.locator("#read").click()
             status = page.locator("#doc-status")
@@ -74,4 +70,3 @@ def test_a_faster_model_answers_during_the_best_ones_read_and_the_page_shows_the
             no_errors(page)
     finally:
         release.set()
-        context.close()
