@@ -61,7 +61,9 @@ def load(path: Path) -> Int4Kernel:
                  torch.get_num_threads())
         return y
 
-    return Int4Kernel("kvqa's 4-bit AVX-512 VNNI kernel", run, ctypes.cast(multiply, ctypes.c_void_p).value)
+    # the name is part of a cache's key (kvqa.model.weights.products_of): a new order of sums, a new name
+    return Int4Kernel("kvqa's 4-bit AVX-512 VNNI kernel, 128 weights a step", run,
+                      ctypes.cast(multiply, ctypes.c_void_p).value)
 
 
 @functools.cache

@@ -9,8 +9,11 @@
  * time meet their inputs in one integer dot-product instruction (vpdpbusd: unsigned 4-bit weights by signed int8
  * inputs, sums of four in 16 int32 lanes). Per run: y += s dx (q . xq) - m dx (sum of xq). Each row of W is packed as
  * K / 2 bytes, 32 bytes per 64 weights: byte j holds weight j in its low half and weight j + 32 in its high half.
+ * 128 weights are taken at a time (64 bytes: one load, their low halves and their high halves two dot products), the
+ * inputs laid out once per call to match (each 128 as 0-31, 64-95, 32-63, 96-127): a decode step's 4-bit products
+ * 10-15% sooner than 64 at a time, which the arithmetic, not memory, bounded (2026-12-07, 2 cores).
  *
- * Each output element sums its runs in ascending k in one float accumulator of 16 lanes, then the lanes: the same
+ * Each output element sums its runs in a fixed order in one float accumulator of 16 lanes, then the lanes: the same
  * operations in the same order whatever the number of input rows, so an output row depends on its own input row
  * alone, bit for bit. K must be a multiple of 64. Input rows are taken TILE at a time, each block of weights unpacked
  * once for them: the 1.5B's gate|up and down for a 20-token question turn 18% and 31% sooner than row by row
@@ -18,6 +21,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if !defined(__AVX512F__) || !defined(__AVX512VNNI__) || !defined(__AVX512BW__)
 #error "kvqa's 4-bit kernel needs AVX-512 with VNNI"
@@ -56,6 +60,7 @@ static inline __attribute__((always_inline)) void block(const int8_t *xq, const 
                                                         float *y, int64_t N, int64_t K, int64_t n0, int rows, int per,
                                                         int inputs, int first) {
     const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m512i low512 = _mm512_set1_epi8(0x0F);
     const int64_t runs = K / 32, half = K / 2;
     const uint8_t *wn = w + n0 * half;
     __m512 acc[ROWS][TILE], minus[ROWS][TILE];
@@ -74,14 +79,42 @@ static inline __attribute__((always_inline)) void block(const int8_t *xq, const 
                 minus[r][i] = _mm512_fmadd_ps(m, _mm512_maskz_loadu_ps(mask, dsum + i * runs + g0), minus[r][i]);
             }
         }
-        for (int p = 0; p < n; p += 2) {  /* 64 weights: runs g0 + p and g0 + p + 1 */
+        for (int p = 0; p < n;) {
             const int64_t k = (g0 + p) * 32;
+            if (n - p >= 4) {  /* 128 weights, runs g0 + p .. p + 3: a row's 64 bytes, its low halves then high */
+                const __m512i spread_lo = _mm512_set_epi32(p + 2, p + 2, p + 2, p + 2, p + 2, p + 2, p + 2, p + 2,
+                                                           p, p, p, p, p, p, p, p);
+                const __m512i spread_hi = _mm512_set_epi32(p + 3, p + 3, p + 3, p + 3, p + 3, p + 3, p + 3, p + 3,
+                                                           p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1);
+                if (first) {
+                    const uint8_t *ahead = wn + AHEAD * per * half + (k / 2) * per;
+                    for (int line = 0; line < per * 64; line += 64)
+                        _mm_prefetch((const char *)(ahead + line), _MM_HINT_T0);
+                }
+                __m512i qlo[ROWS], qhi[ROWS];
+                for (int r = 0; r < rows; r++) {
+                    __m512i packed = _mm512_loadu_si512((const void *)(wn + r * half + k / 2));
+                    qlo[r] = _mm512_and_si512(packed, low512);
+                    qhi[r] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low512);
+                }
+                for (int i = 0; i < inputs; i++) {
+                    __m512i xlo = _mm512_loadu_si512((const void *)(xq + i * K + k));
+                    __m512i xhi = _mm512_loadu_si512((const void *)(xq + i * K + k + 64));
+                    for (int r = 0; r < rows; r++) {
+                        __m512i dlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qlo[r], xlo);
+                        __m512i dhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qhi[r], xhi);
+                        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dlo),
+                                                    _mm512_permutexvar_ps(spread_lo, sd[r][i]), acc[r][i]);
+                        acc[r][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dhi),
+                                                    _mm512_permutexvar_ps(spread_hi, sd[r][i]), acc[r][i]);
+                    }
+                }
+                p += 4;
+                continue;
+            }
+            /* the row's last 64 weights (K an odd multiple of 64): runs g0 + p and g0 + p + 1 */
             const __m512i spread = _mm512_set_epi32(p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1,
                                                     p, p, p, p, p, p, p, p);
-            if (first) {  /* as many bytes as this step reads, in memory order, AHEAD blocks on */
-                const uint8_t *ahead = wn + AHEAD * per * half + (k / 2) * per;
-                for (int line = 0; line < per * 32; line += 64) _mm_prefetch((const char *)(ahead + line), _MM_HINT_T0);
-            }
             __m512i q[ROWS];
             for (int r = 0; r < rows; r++) {
                 __m256i packed = _mm256_loadu_si256((const __m256i *)(wn + r * half + k / 2));
@@ -97,6 +130,7 @@ static inline __attribute__((always_inline)) void block(const int8_t *xq, const 
                                                 acc[r][i]);
                 }
             }
+            p += 2;
         }
     }
     for (int r = 0; r < rows; r++)
@@ -121,7 +155,15 @@ void kvqa_int4_matmul(const float *x, const uint8_t *w, const uint16_t *scale, c
     int8_t *xq = malloc((size_t)(M * K));
     float *dx = malloc(sizeof(float) * (size_t)(M * K / 32));
     float *dsum = malloc(sizeof(float) * (size_t)(M * K / 32));
-    for (int64_t i = 0; i < M; i++) quantize_row(x + i * K, K, xq + i * K, dx + i * K / 32, dsum + i * K / 32);
+    for (int64_t i = 0; i < M; i++) {
+        quantize_row(x + i * K, K, xq + i * K, dx + i * K / 32, dsum + i * K / 32);
+        for (int64_t k = 0; k + 128 <= K; k += 128) {  /* as the weights' halves lie: 0-31, 64-95, 32-63, 96-127 */
+            int8_t *c = xq + i * K + k, t[32];
+            memcpy(t, c + 32, 32);
+            memcpy(c + 32, c + 64, 32);
+            memcpy(c + 64, t, 32);
+        }
+    }
     const int per = K >= LONG ? 1 : ROWS;
     int64_t blocks = (N + per - 1) / per;
 #pragma omp parallel for schedule(static) num_threads(threads)
