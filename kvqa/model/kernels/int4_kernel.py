@@ -41,6 +41,15 @@ class Int4Kernel:
         return self.name
 
 
+def takes(k: int, nibbles: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> bool:
+    """Whether the C code reads these 4-bit weights of rows k wide as they lie (shapes, dtypes, layout)."""
+    n = nibbles.shape[0]
+    return (k % STEP == 0 and nibbles.shape == (n, k // 2) and nibbles.dtype == torch.uint8
+            and scales.shape == (n, k // RUN) and mins.shape == scales.shape
+            and scales.dtype == torch.float16 and mins.dtype == torch.float16
+            and all(t.is_contiguous() for t in (nibbles, scales, mins)))
+
+
 def load(path: Path) -> Int4Kernel:
     library = ctypes.CDLL(str(path))
     multiply = library.kvqa_int4_matmul
@@ -50,10 +59,7 @@ def load(path: Path) -> Int4Kernel:
     def run(x: torch.Tensor, nibbles: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> torch.Tensor:
         x = x.float().contiguous()
         (m, k), n = x.shape, nibbles.shape[0]
-        if (k % STEP or nibbles.shape != (n, k // 2) or nibbles.dtype != torch.uint8
-                or scales.shape != (n, k // RUN) or mins.shape != scales.shape
-                or scales.dtype != torch.float16 or mins.dtype != torch.float16
-                or not all(t.is_contiguous() for t in (nibbles, scales, mins))):  # what the C code reads
+        if not takes(k, nibbles, scales, mins):
             raise ValueError(f"4-bit product of {tuple(x.shape)} by {tuple(nibbles.shape)} {nibbles.dtype} nibbles: "
                              "shapes, dtypes or layout")
         y = torch.empty(m, n, dtype=torch.float32)

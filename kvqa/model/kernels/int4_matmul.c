@@ -86,7 +86,7 @@ static inline __attribute__((always_inline)) void block(const int8_t *xq, const 
                                                            p, p, p, p, p, p, p, p);
                 const __m512i spread_hi = _mm512_set_epi32(p + 3, p + 3, p + 3, p + 3, p + 3, p + 3, p + 3, p + 3,
                                                            p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1, p + 1);
-                if (first) {
+                if (first) {  /* as many bytes as this step reads, in memory order, AHEAD blocks on */
                     const uint8_t *ahead = wn + AHEAD * per * half + (k / 2) * per;
                     for (int line = 0; line < per * 64; line += 64)
                         _mm_prefetch((const char *)(ahead + line), _MM_HINT_T0);

@@ -10,8 +10,7 @@
  * What this file computes itself is what PyTorch computed between them, operation by operation in the same roundings:
  * the rotation q * cos + roll(q, D / 2) * sin (two products, then their sum: built with -ffp-contract=off, so no fused
  * multiply-add merges them), the keys and values written into the cache (float32, or bfloat16 rounded to nearest even
- * as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays
- * PyTorch's, between the two calls. */
+ * as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays PyTorch's, between the two calls. */
 #include <stdint.h>
 #include <string.h>
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from kvqa.model.kernels.decode_attention import choose_decode_attention
+from kvqa.model.kernels.int4_kernel import takes
 from kvqa.model.kernels.native import built_or
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,7 @@ class Layer(ctypes.Structure):
 class Model(ctypes.Structure):
     _fields_ = [("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("dim", c_int64),
                 ("inter", c_int64), ("scaling", c_float), ("bf16", c_int), ("matmul", c_void_p), ("int4", c_void_p),
-                ("norm", c_void_p),
-                ("attend", c_void_p), ("layers", POINTER(Layer))]
+                ("norm", c_void_p), ("attend", c_void_p), ("layers", POINTER(Layer))]
 
 
 def load(path: Path):
@@ -82,8 +82,8 @@ def _matrix(linear) -> Matrix | None:
     if int4 is None:
         return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run, _address(bias))
     parts = (int4.nibbles, int4.scales, int4.mins)
-    if getattr(int4.kernel, "address", None) is None or k % 64 or not all(t.is_contiguous() for t in parts):
-        return None  # what the int4 kernel's caller checks (kvqa.model.kernels.int4_kernel)
+    if getattr(int4.kernel, "address", None) is None or int4.nibbles.shape[0] != n or not takes(k, *parts):
+        return None
     return Matrix(rows.data_ptr(), scales.data_ptr(), n, k, run, _address(bias), *(t.data_ptr() for t in parts))
 
 
