@@ -9,6 +9,7 @@ not the models, is under test; tests/test_public_documents.py reads the same fil
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -156,15 +157,21 @@ def test_a_reads_progress_shows_on_the_documents_panel_alone(tmp_path, browser, 
     """One progress bar for a read, on the document's panel, not one over every panel the read updates."""
     from app import KvqaApp
 
-    slow = FakeEngine(model="SmolLM2-135M-Instruct", chunks=20, on_chunk=lambda document, chunk: time.sleep(0.4))
+    release = threading.Event()  # the read is held half-way until the page has been looked at: no race with its end
+    slow = FakeEngine(model="SmolLM2-135M-Instruct", chunks=10,
+                      on_chunk=lambda document, chunk: chunk >= 5 and release.wait(120))
     kvqa_app = KvqaApp(Config.of(cache_dir=tmp_path), slow)
-    with served(kvqa_app.demo, kvqa_app) as url, page_at(browser, url, lang) as page:
-        shown = page.locator(".progress-text:visible")
-        expect(shown).to_have_count(0, timeout=60_000)  # the page's own start settled
-        upload(page, PUBLIC / "en-long.html", first=True)
-        shown.first.wait_for(timeout=60_000)  # the read under way (8 s)
-        assert slow.prefills == 0
-        where = shown.evaluate_all("els => els.map(e => (e.closest('[id]') || {}).id)")
-        assert where == ["doc-status"], where
-        status(page, "en-long.html")
-        no_errors(page)
+    try:
+        with served(kvqa_app.demo, kvqa_app) as url, page_at(browser, url, lang) as page:
+            shown = page.locator(".progress-text:visible")
+            expect(shown).to_have_count(0, timeout=60_000)  # the page's own start settled
+            upload(page, PUBLIC / "en-long.html", first=True)
+            page.locator("#doc-status").get_by_text("50.0%").wait_for(timeout=60_000)  # held there
+            assert slow.prefills == 0
+            where = shown.evaluate_all("els => els.map(e => (e.closest('[id]') || {}).id)")
+            assert where == ["doc-status"], where
+            release.set()
+            status(page, "en-long.html")
+            no_errors(page)
+    finally:
+        release.set()
