@@ -53,6 +53,35 @@ def test_a_figure_asked_for_picks_the_clause_with_one():
                         find_sources(text, answer, question)) == "already famous"  # no figure asked: the echoed one
 
 
+@pytest.mark.parametrize("text, answer, question, phrase", [
+    ("The council opposes the new road as harmful to the marsh. It met twice.",
+     "The council opposes the new road as harmful to the marsh.",
+     "What does the council oppose as harmful to the marsh?", "new road"),  # "opposes" is the question's "oppose"
+    ("Roughly 7 to 10 percent of the valley's farms grow rice there.", "7 to 10 percent of the farms grow rice.",
+     "How many of the valley's farms grow rice?", "7 to 10 percent"),  # the figure and its unit, not the clause
+    ("The old dam cost 3 million dollars over nine years.", "The dam cost 3 million dollars over nine years.",
+     "How much did the dam cost?", "3 million dollars"),  # a multiplier is part of the figure
+    ("The treaty was signed on June 4, 1802, in Lyon by both envoys.", "It was signed on June 4, 1802, in Lyon.",
+     "When was the treaty signed?", "June 4, 1802"),  # the month's name with its day
+    ("The mill was built in the mid-19th century within the old walls.",
+     "The mill was built in the mid-19th century within the old walls.", "When was the mill built?",
+     "mid-19th century"),
+    ("Ice began to retreat about 12,000 years ago onward, slowly.", "It began about 12,000 years ago onward.",
+     "When did the ice begin to retreat?", "12,000 years ago"),  # two words after the figure at most
+    ("新站为地下两层岛式车站，于2009年启用。", "两层", "新站共有几层？", "两层"),  # the counter the question says
+    ("该卫星由东方空间技术研究院制造，2003年发射。", "该卫星是由东方空间技术研究院制造的。", "该卫星是由谁制造的？",
+     "东方空间技术研究院"),  # the question's verb after the answer's own, before 的, left out
+    ("这座大桥最初在2003年方案中出现，2008年动工。", "这座大桥最初在2003年方案中出现。",
+     "这座大桥的想法最初是在什么时候出现的？", "2003年"),  # the year, not the clause
+    ("项目工程投资总额约为28亿元，由省里出资。", "项目工程投资总额约为28亿元。", "项目工程投资总额约为多少？",
+     "28亿元"),
+])
+def test_the_phrase_drops_the_questions_words_and_keeps_a_figure_whole(text, answer, question, phrase):
+    said, sources = short(text, answer, question)
+    assert said == phrase
+    assert sources[0].short is not None and text[slice(*sources[0].short)] == phrase
+
+
 @pytest.mark.parametrize("text, answer, question", [
     (BRIDGE, "The Seven Arches Bridge was designed.", "Who designed the Seven Arches Bridge?"),  # only the question
     (BRIDGE, "It was designed by Josiah Farrar.", "Who designed the Seven Arches Bridge?"),  # not in the passage
