@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import re
 
-CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")  # CJK ideographs (Chinese; Japanese kanji share them)
+# The scripts kvqa tells apart by their characters, as ranges for a regular expression's [...]: every module that
+# asks "is this Chinese (CJK)?" takes its answer from here.
+IDEOGRAPHS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs (Chinese; Japanese kanji share them)
+# with kana and Hangul, read a character at a time (to ranking, the short phrase and the repeat stop, a word):
+UNSPACED = "\u3040-\u30ff" + IDEOGRAPHS + "\uac00-\ud7af"
+# CJK with its radicals, punctuation and full-width forms: a line broken between two of these joins with no space
+WIDE = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
+CJK = re.compile(f"[{IDEOGRAPHS}]")
 _KANA = re.compile(r"[\u3040-\u30ff]")
 _HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")
 _CYRILLIC = re.compile(r"[\u0400-\u04ff]")

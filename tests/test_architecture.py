@@ -248,3 +248,14 @@ def test_import_kvqa_loads_torch_only_when_a_name_needs_it():
         assert "no_such_name" in str(e)
     else:
         raise AssertionError("kvqa.no_such_name did not raise AttributeError")
+
+
+CJK_RANGE = re.compile(r"\\u(?:2e80|3000|3040|3400|4e00|9fff|ac00|f900)")  # where a CJK range's ends are written
+
+
+def test_only_kvqa_languages_writes_out_which_characters_are_cjk():
+    """One home for "is this CJK?": the ranges in kvqa/languages.py, which the readers, ranking, the short phrase,
+    the repeat stop and the benchmarks import (six modules wrote their own ranges before)."""
+    writers = {str(path.relative_to(ROOT)) for path in [ROOT / "app.py", *PACKAGE.rglob("*.py")]
+               if CJK_RANGE.search(path.read_text(encoding="utf-8"))}
+    assert writers == {"kvqa/languages.py"}

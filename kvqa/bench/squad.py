@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvqa.languages import CJK
+
 
 @dataclass(frozen=True)
 class Question:
@@ -70,7 +72,7 @@ def token_f1(text: str, golds: Sequence[str]) -> float:
 
 def language(text: str) -> str:
     """"zh" when the text has a CJK ideograph, else "en"."""
-    return "zh" if any("\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf" for c in text) else "en"
+    return "zh" if CJK.search(text) else "en"
 
 
 def load_squad(path: Path, *, lang: str, min_chars: int, max_chars: int, per_doc: int,

@@ -14,6 +14,7 @@ paragraphs separated where the gap between lines is larger than a line's height.
 from __future__ import annotations
 
 import io
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -22,7 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvqa.errors import DocumentError
+from kvqa.languages import CJK, WIDE
 
+_WIDE = re.compile(f"[{WIDE}]")  # characters set without spaces between them (CJK, its punctuation)
 SCALE = 2.0  # pixels per PDF point a scanned page is rendered at for OCR (144 dpi)
 SPACE_GAP = 0.2  # blank pixel columns this many line heights wide between two Latin characters are a space
 SPACE_GAP_CJK = 0.3  # the same in a line that holds Chinese (CJK fonts set Latin letters loosely)
@@ -130,7 +133,7 @@ def _spaced(text: str, info, crop: np.ndarray) -> str:
     grey = crop.mean(axis=2) if crop.ndim == 3 else crop.astype(float)
     ink = grey < (np.percentile(grey, 5) + np.percentile(grey, 95)) / 2
     blank = ~ink.any(axis=0)
-    gap = SPACE_GAP_CJK if any("\u3400" <= c <= "\u9fff" for c, _ in chars) else SPACE_GAP  # Chinese characters
+    gap = SPACE_GAP_CJK if any(CJK.match(c) for c, _ in chars) else SPACE_GAP  # Chinese characters
     cell, least = crop.shape[1] / columns, gap * crop.shape[0]
     out = [chars[0][0]]
     for (a, left), (b, right) in zip(chars, chars[1:]):
@@ -202,7 +205,7 @@ def _joiner(left: str, right: str) -> str:
 
 
 def _cjk(c: str) -> bool:
-    return "\u3000" <= c <= "\u9fff" or "\uac00" <= c <= "\ud7af" or "\uf900" <= c <= "\uffef"
+    return _WIDE.match(c) is not None
 
 
 def lines_in(page: OcrPage, passage: str) -> list[Line]:

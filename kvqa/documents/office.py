@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 
 from kvqa.documents.tables import markdown_table
 from kvqa.errors import DocumentError
+from kvqa.languages import WIDE
 
 OFFICE_SUFFIXES = (".docx", ".pptx", ".html", ".htm", ".epub")
 MAX_MEMBERS = 10_000  # files inside one zip
@@ -27,8 +28,7 @@ TEXT, TABLE = 0, -1  # a block's level: 1-6 for a heading, TEXT for other lines,
 _OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted Office files and old .doc/.ppt are OLE compound files
 _KIND = {".docx": "Word", ".pptx": "PowerPoint", ".epub": "EPUB"}
 _ENTITY = re.compile(rb"<\x00?!\x00?E\x00?N\x00?T\x00?I\x00?T\x00?Y", re.I)  # UTF-8 or UTF-16
-_CJK = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
-_CJK_WRAP = re.compile(f"(?<=[{_CJK}])[ \t\r\f]*\n\\s*(?=[{_CJK}])")  # a source line break between CJK adds no space
+_CJK_WRAP = re.compile(f"(?<=[{WIDE}])[ \t\r\f]*\n\\s*(?=[{WIDE}])")  # a source line break between CJK adds no space
 
 
 def read_office(data: bytes, suffix: str, name: str, *, max_pages: int, max_expanded_bytes: int) -> list[str]:

@@ -23,14 +23,15 @@ import re
 import time
 from collections.abc import Sequence
 
+from kvqa.languages import WIDE
+
 MIN_ROWS = 2  # a header and one row
 MIN_COLUMNS = 2
 MAX_PATHS = 5000  # a page drawing more lines and shapes (a map, a chart) is not searched: 5,000 cost pdfplumber 1.5-4 s
 ROW = re.compile(r"^\|[^\n]*", re.MULTILINE)  # a line of a Markdown table: kvqa.evidence.sources never cuts a passage
                                               # inside one
 TABLE = re.compile(r"^\|[^\n]*\n\|[ \t]*:?-{3,}[^\n]*(?:\n\|[^\n]*)*", re.MULTILINE)  # header, '| --- |' line, rows
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\u3000-\u303f\uff00-\uffef"
-_CJK_BREAK = re.compile(f"(?<=[{_CJK}])[ \\t]*\\n\\s*(?=[{_CJK}])")  # a wrapped CJK cell: no space where it wrapped
+_CJK_BREAK = re.compile(f"(?<=[{WIDE}])[ \\t]*\\n\\s*(?=[{WIDE}])")  # a wrapped CJK cell: no space where it wrapped
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")  # a cell's own '|' is written '\|'
 
 

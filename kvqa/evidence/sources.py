@@ -29,6 +29,7 @@ import bm25s
 import numpy as np
 
 from kvqa.documents.tables import ROW, TABLE
+from kvqa.languages import UNSPACED
 
 PASSAGE_CHARS = 320
 CJK_WEIGHT = 1.5  # a CJK character counts 1 + 1.5 towards PASSAGE_CHARS: Chinese passages of about 130 characters
@@ -39,7 +40,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+|\n+|(?<=[。！？；])
 _MARK_END = re.compile(r"(?<=[.!?;。！？；])\s+|\n\s*\n|(?<=[。！？；])")  # sentences may wrap a line
 _CLAUSE_END = re.compile(r"(?<=[,:;])\s+|(?<=[，、：；])")  # where a sentence too long to quote whole is cut
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_CJK = re.compile(f"[{UNSPACED}]")
 STOPWORDS = frozenset("""a an and are as at be been but by can could did do does for from had has have he her his how
 i if in into is it its may might more most no not of on or our she should so such than that the their them then there
 these they this those to was we were what when where which while who whom why will with would you your document
@@ -397,8 +398,7 @@ def _best_sentence(text: str, start: int, end: int, asked: set[str], said: set[s
     return best_span
 
 
-_CJK_CHARS = _CJK.pattern[1:-1]  # the ranges inside _CJK's brackets
-_UNIT = re.compile(rf"[{_CJK_CHARS}]|[^\W_{_CJK_CHARS}]+")  # a CJK character, or a run of other letters or digits
+_UNIT = re.compile(rf"[{UNSPACED}]|[^\W_{UNSPACED}]+")  # a CJK character, or a run of other letters or digits
 
 
 def units(text: str, offset: int = 0) -> list[tuple[str, int, int]]:

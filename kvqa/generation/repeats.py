@@ -13,15 +13,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from kvqa.languages import UNSPACED
+
 NGRAM = 3  # trigrams: of words (English) or characters (Chinese); bigrams let template lists ("The first step
 #            is to ... The second step is to ...") share too much
 SHARE = 0.6  # a sentence whose trigrams were this share or more of one earlier sentence's repeats it
 LEAST = 5  # trigrams a sentence needs (7 words, 7 Chinese characters) to count: "Yes. Yes." is no loop, nor
 #           "The virus can spread through droplets. The virus can spread through contact."
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff"
-_UNIT = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+")  # a Chinese character, or a run of letters, digits and _
-_WORD_GOING = re.compile(f"[^\\W{_CJK}]+$")  # the text's last word, which the next token may go on
+_UNIT = re.compile(f"[{UNSPACED}]|[^\\W{UNSPACED}]+")  # a CJK character, or a run of letters, digits and _
+_WORD_GOING = re.compile(f"[^\\W{UNSPACED}]+$")  # the text's last word, which the next token may go on
 _END = re.compile(r"(?:[.!?;]+[\"'”’)\]]*(?=\s)|[。！？；，\n])\s*")  # "3.5" is no end: a space
 #                                                                       must follow (after a closing quote or bracket)
 
