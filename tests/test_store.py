@@ -239,6 +239,50 @@ def test_put_says_when_and_whether_the_file_was_written(tiny_lm, tmp_path):
     assert tiny.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors()).result(timeout=60) is False
 
 
+def test_the_background_writer_waits_while_a_question_is_answered(tiny_lm, tmp_path):
+    """A cache written right after a read (a take-over model's) must not slow the question asked meanwhile: the
+    writer starts its work only once the answers running end; a write called directly goes on at once."""
+    from kvqa.generation.activity import answering, wait_until_quiet
+
+    engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
+    path = stored_file(engine)
+    path.unlink()
+    key = cache_key(tiny_lm, DOC, weights=engine.weights)
+    with answering():
+        assert not wait_until_quiet(0.01)
+        written = engine.store.put(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())
+        assert not written.done() and not wait_until_quiet(0.5) and not written.done() and not path.exists()
+        other = KVStore(tmp_path / "direct", 64 * MB)
+        assert other.write(key, doc.ids, doc.prompt.date_string, doc.cache.tensors())
+    assert written.result(timeout=60) is True and path.exists() and wait_until_quiet(0)
+
+
+def test_an_answer_left_open_holds_the_writer_back_a_bounded_time(tiny_lm, tmp_path, monkeypatch):
+    from kvqa.cache import store as store_module
+    from kvqa.generation.activity import answering
+
+    engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
+    stored_file(engine).unlink()
+    monkeypatch.setattr(store_module, "QUIET_WAIT_S", 0.2)  # the whole write's patience, not each piece's
+    with answering():
+        written = engine.store.put(cache_key(tiny_lm, DOC, weights=engine.weights), doc.ids, doc.prompt.date_string,
+                                   doc.cache.tensors())
+        assert written.result(timeout=30) is True
+
+
+def test_an_answer_counts_as_running_until_its_stream_ends(tiny_lm, tmp_path):
+    from kvqa.generation.activity import wait_until_quiet
+
+    engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
+    stream = ask(engine, doc, QUESTIONS[0])
+    pieces = stream.events()
+    next(pieces)  # the first piece of the answer: the question's turn has been read
+    assert not wait_until_quiet(0.01)
+    for _ in pieces:
+        pass
+    assert wait_until_quiet(0)
+
+
 def test_a_full_disk_leaves_no_partial_file(tiny_lm, tmp_path, monkeypatch, caplog):
     engine, doc = prefilled_and_stored(tiny_lm, tmp_path)
     stored_file(engine).unlink()

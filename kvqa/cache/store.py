@@ -6,7 +6,8 @@ SHA-256 of the tensors. Nothing read back is trusted: a file that cannot be pars
 says, fails its checksum, or was made for another model, dtype, device, attention, format or document is logged in
 one line, deleted, and reported as a miss, so the caller prefills again. Writes go to a temporary file in the same
 folder, are fsynced and renamed into place: a reader sees a whole file or none, whatever a killed writer or a second
-writer does. They run on one background thread, off the answer's path; a full or read-only disk only logs.
+writer does. They run on one background thread, off the answer's path, and
+wait between pieces while a question is answered (kvqa.generation.activity); a full or read-only disk only logs.
 The folder is capped at `limit_bytes`, least recently used files first out (reading a file marks it used).
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from kvqa.generation.activity import wait_until_quiet
 from kvqa.model.weights import products_of
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,8 @@ FORMAT = 2  # bump when what a file holds or how it is laid out changes: older f
 #            covers the header's fields too)
 SUFFIX = ".safetensors"
 STALE_TMP_S = 3600.0  # a temporary file this old belongs to a writer that died: removed when the store opens
+QUIET_WAIT_S = 60.0  # the writer waits this long at most in all, for a file, for answers to end
+PIECE_BYTES = 32 << 20  # a file is written this much at a time (hashed a tensor at a time), answers let through between
 
 Tensors = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values), each (B, kv_heads, T, head_dim)
 
@@ -85,11 +89,14 @@ def weights_fingerprint(model: torch.nn.Module, *, samples: int = 4096) -> str:
     return digest.hexdigest()[:32]
 
 
-def _checksum(tensors: dict[str, torch.Tensor], names: Sequence[str], meta: dict[str, str]) -> str:
+def _checksum(tensors: dict[str, torch.Tensor], names: Sequence[str], meta: dict[str, str], *,
+              between=lambda: None) -> str:
     """SHA-256 of the header's fields (all but the checksum itself), then each tensor's name, dtype, shape and bytes:
-    a damaged byte anywhere in the file changes it, or stops the file from parsing."""
+    a damaged byte anywhere in the file changes it, or stops the file from parsing. between() runs before each
+    tensor (the writer: answers first)."""
     digest = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
     for name in names:
+        between()
         tensor = tensors[name].contiguous()
         digest.update(f"{name}{tensor.dtype}{tuple(tensor.shape)}".encode())
         digest.update(tensor.view(torch.uint8).reshape(-1).numpy().data)
@@ -177,6 +184,7 @@ class KVStore:
         self._queue.join()
 
     def _write_loop(self) -> None:
+        _lowest_priority()
         while True:
             key, ids, date_string, tensors, read_s, written = self._queue.get()
             ok = False
@@ -203,7 +211,10 @@ class KVStore:
                 "date_string": date_string, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         if read_s is not None:
             meta["read_s"] = f"{read_s:.6f}"
-        meta["sha256"] = _checksum(named, [*_names(len(tensors)), "ids"], meta)
+        until = time.monotonic() + QUIET_WAIT_S
+        meta["sha256"] = _checksum(named, [*_names(len(tensors)), "ids"], meta,
+                                   between=lambda: self._after_answers(until))
+        self._after_answers(until)
         data = save(named, metadata=meta)  # the file's bytes, its header included: what the limit counts
         if self._too_large(len(data)):
             return False
@@ -213,7 +224,9 @@ class KVStore:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._make_room(len(data), keep=path)
             with open(tmp, "wb") as f:
-                f.write(data)
+                for at in range(0, len(data), PIECE_BYTES):
+                    self._after_answers(until)
+                    f.write(memoryview(data)[at:at + PIECE_BYTES])
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)  # atomic: a reader sees the old file, the new one, or none
@@ -223,6 +236,12 @@ class KVStore:
             log.warning("kvqa store: could not write %s (%s); answers are unaffected", path.name, e)
             self._remove(tmp)
             return False
+
+    def _after_answers(self, until: float) -> None:
+        """On the background writer, wait for the answers running now to end (until time.monotonic() says `until`
+        at most): its hashing and copying would slow them. A write called directly goes on at once."""
+        if threading.current_thread() is self._writer:
+            wait_until_quiet(max(0.0, until - time.monotonic()))
 
     def _too_large(self, nbytes: int) -> bool:
         """Whether a file of `nbytes` is over the limit (logged: it is not written)."""
@@ -300,6 +319,15 @@ def file_bytes(path: Path) -> int | None:
         return path.stat().st_size
     except OSError:
         return None
+
+
+def _lowest_priority() -> None:
+    """Give the calling thread (the writer) the lowest CPU priority, beside waiting for answers to end (what it does
+    between pieces cannot be paused). Linux only (a thread's own niceness); elsewhere nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
 
 
 def store_for(config) -> KVStore | None:

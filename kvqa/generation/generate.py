@@ -22,6 +22,7 @@ import torch
 from kvqa.config import PLAIN, Config, Decoding
 from kvqa.documents.reading import Document
 from kvqa.errors import BusyError, DocumentTooLong, OutOfMemory, QuestionError
+from kvqa.generation.activity import answering
 from kvqa.generation.decode import DecodePlan, decode_n_tokens, stops_for
 from kvqa.generation.rerank import quoted
 from kvqa.memory import release_memory
@@ -171,8 +172,9 @@ def _decode_on_cache(lm: LoadedModel, doc: PrefilledDocument, ids: list[int], op
         raise BusyError("busy.document")
     try:
         asked = replace(asked, started=now(lm.device) - ranked_s)
-        with out_of_memory_as_error("doing.answering"):  # no torch.no_grad() here: grad mode is per thread, and
-            logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))  # a generator may resume in another
+        # no torch.no_grad() here: grad mode is per thread, and a generator may resume in another
+        with answering(), out_of_memory_as_error("doing.answering"):
+            logits = run_chunks(lm, ids, doc.cache, chunk_size=len(ids))
             yield from decode_n_tokens(lm, logits, doc.cache, options, asked)
     finally:
         doc.cache.rollback(doc.tokens)
@@ -209,7 +211,7 @@ def answer_from_scratch(lm: LoadedModel, document: Document, question: QuestionT
 def _decode_from_scratch(lm: LoadedModel, chunks: list[list[int]], options: Decoding, asked: DecodePlan, *,
                          capacity: int, ranked_s: float) -> Iterator[str | Answer]:
     asked = replace(asked, started=now(lm.device) - ranked_s)
-    with out_of_memory_as_error("doing.answering"):
+    with answering(), out_of_memory_as_error("doing.answering"):
         cache = new_cache(lm.config, max(capacity, asked.question_tokens + asked.max_new_tokens), lm.kv_dtype)
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
