@@ -1,6 +1,7 @@
 """A real browser (Debian's chromium, driven by playwright) uploads a file, asks two questions, sees answers and
-their latency, and takes the screenshot the README shows; a browser in Chinese gets the page in Chinese, asks about a
-Chinese document and takes assets/ui-zh.png (written into assets/ only with KVQA_SCREENSHOTS=1)."""
+their latency (the README's screenshot is the real model's: scripts/screenshot.py); a browser in Chinese gets the page
+in Chinese, asks about a Chinese document and takes assets/ui-zh.png (written into assets/ only with
+KVQA_SCREENSHOTS=1)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import pytest
 from conftest import served
 
 ASSETS = Path(__file__).parent.parent / "assets"
-SAVE_SCREENSHOTS = os.environ.get("KVQA_SCREENSHOTS") == "1"  # retake the README's screenshots (else a temp folder)
+SAVE_SCREENSHOTS = os.environ.get("KVQA_SCREENSHOTS") == "1"  # retake languages.md's screenshot (else a temp dir)
 
 
-def screenshot(page, name: str, tmp_path: Path) -> None:
-    """The whole page as a PNG: into assets/ with KVQA_SCREENSHOTS=1, else a temp folder (the tree stays clean)."""
-    path = (ASSETS if SAVE_SCREENSHOTS else tmp_path) / name
+def screenshot(page, name: str, tmp_path: Path, *, keep: bool = True) -> None:
+    """The whole page as a PNG: into assets/ with KVQA_SCREENSHOTS=1 where `keep`, else a temp folder (the tree stays
+    clean)."""
+    path = (ASSETS if SAVE_SCREENSHOTS and keep else tmp_path) / name
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -120,7 +122,7 @@ def test_upload_ask_twice_and_see_latency(server, page, tmp_path):
     assert "Median time to first token over 2" in page.locator("#latency-summary").inner_text()
     page.locator("#latency-plot").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
-    screenshot(page, "screenshot.png", tmp_path)
+    screenshot(page, "upload-ask.png", tmp_path, keep=False)  # the README's is the real model's: scripts/screenshot.py
 
 
 def test_a_bad_upload_shows_a_warning_and_keeps_the_document(server, page, tmp_path):
