@@ -68,6 +68,8 @@ def test_a_figure_asked_for_picks_the_clause_with_one():
      "mid-19th century"),
     ("Ice began to retreat about 12,000 years ago onward, slowly.", "It began about 12,000 years ago onward.",
      "When did the ice begin to retreat?", "12,000 years ago"),  # two words after the figure at most
+    ("The government's agency checked the old ledgers in May.", "The government's agency checked the old ledgers.",
+     "What did the governments agency check?", "old ledgers"),  # a possessive's "s" is no word of the answer's
     ("新站为地下两层岛式车站，于2009年启用。", "两层", "新站共有几层？", "两层"),  # the counter the question says
     ("该卫星由东方空间技术研究院制造，2003年发射。", "该卫星是由东方空间技术研究院制造的。", "该卫星是由谁制造的？",
      "东方空间技术研究院"),  # the question's verb after the answer's own, before 的, left out

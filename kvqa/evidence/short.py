@@ -60,36 +60,37 @@ def _is_cjk(text: str) -> bool:
     return cjk > 0 and cjk >= len(units(text)) - cjk
 
 
-def _own(text: str, question: str) -> str:
-    """text without the question's words, stopwords or CJK function characters at its ends (see the module: a
-    number's counter, and in CJK text the question's characters at the end of a word, kept); "" when nothing of its
-    own is left."""
+def _attached(words: list[tuple[str, int, int]], i: int) -> bool:
+    """Whether the unit after words[i] is a CJK character written right after it (a counter, a word's next one)."""
+    return i + 1 < len(words) and not words[i + 1][0].isascii() and words[i + 1][1] == words[i][2]
+
+
+def _own(text: str, asked: set[str]) -> str:
+    """text without the question's words (`asked`, stemmed), stopwords or CJK function characters at its ends (see
+    the module: a number's counter, and in CJK text the question's characters that end the clause, kept); "" when
+    nothing of its own is left."""
     words = units(text)
-    asked = {stem(word) for word, _, _ in units(question)}
     other = [stem(word) in asked or word in STOPWORDS or word in CJK_FUNCTION or (a > 0 and text[a - 1] in "'’")
              for word, a, _ in words]  # ("s" of a possessive's "'s" too)
     kept = [i for i, skip in enumerate(other) if not skip]
     if not kept:
         return ""
     first, last = kept[0], kept[-1]
-    while (last + 1 < len(words) and words[last][0].isdigit() and not words[last + 1][0].isascii()
-           and words[last + 1][1] == words[last][2]):
+    while words[last][0].isdigit() and _attached(words, last):
         last += 1  # 10次, 1889年, 836人: the counter stays though the question says it
     if _is_cjk(text):
         end = last
-        while (end + 1 < len(words) and not words[end + 1][0].isascii() and words[end + 1][1] == words[end][2]
-               and words[end + 1][0] not in CJK_FUNCTION):
+        while _attached(words, end) and words[end + 1][0] not in CJK_FUNCTION:
             end += 1
         if end + 1 == len(words):
             last = end  # 两层, 法国宇航公司: the question's characters that end the clause
     return text[words[first][1]:words[last][2]]
 
 
-def _figures(phrase: str, question: str) -> str:
+def _figures(phrase: str, asked: set[str]) -> str:
     """The phrase's figures, first to last, with a month's name before them and up to two words after them (see the
-    module); the phrase itself when it has none of its own."""
+    module); the phrase itself when it has none of its own (`asked`: the question's words, stemmed)."""
     words = units(phrase)
-    asked = {stem(word) for word, _, _ in units(question)}
     digits = [i for i, (word, _, _) in enumerate(words) if any(c.isdigit() for c in word) and stem(word) not in asked]
     if not digits:
         return phrase
@@ -99,7 +100,7 @@ def _figures(phrase: str, question: str) -> str:
     while last + 1 < len(words) and words[last + 1][0] in MULTIPLIERS:
         last += 1  # 66 million, 28亿
     if _is_cjk(phrase):
-        if last + 1 < len(words) and not words[last + 1][0].isascii() and words[last + 1][1] == words[last][2]:
+        if _attached(words, last):
             last += 1  # the counter
     else:
         for _ in range(2):
@@ -115,15 +116,16 @@ def short_answer(answer: str, question: str, sources: Sequence[Source] = ()) -> 
     """The shortest phrase of the answer that answers the question ("" when none stands out): see the module."""
     base = answer if _is_cjk(answer) else next((s.answered for s in sources if s.answer), "")
     asked, figure = set(terms(question)), FIGURE_ASKED.search(question) is not None
+    stems = {stem(word) for word, _, _ in units(question)}
     best, best_key = "", None
     for i, clause in enumerate(_CLAUSE.split(base)):
-        phrase = _own(clause, question)
+        phrase = _own(clause, stems)
         if not phrase:
             continue
         key = (figure and any(c.isdigit() for c in clause), len(asked & set(terms(clause))), -i)
         if best_key is None or key > best_key:
             best, best_key = phrase, key
-    return _figures(best, question) if figure else best
+    return _figures(best, stems) if figure else best
 
 
 def mark_short(sources: Sequence[Source], phrase: str) -> tuple[Source, ...]:
