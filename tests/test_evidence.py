@@ -11,7 +11,7 @@ import pytest
 import kvqa
 import kvqa.generation.decode as decode
 from kvqa.documents.reading import combine, document_from_text
-from kvqa.evidence.sources import CJK_WEIGHT, answer_span, excerpt, passages, source_dict
+from kvqa.evidence.sources import CJK_WEIGHT, answer_span, excerpt, passages, source_dict, units
 from kvqa.evidence.support import unquoted, unsupported
 from kvqa.model.vocabulary import number_tokens
 from kvqa.prompt import question_turn
@@ -98,6 +98,12 @@ def test_an_excerpt_cuts_a_sentence_too_long_at_its_clauses_then_its_words_and_k
     assert "needle" in excerpt("word " * 100 + "needle here.", "needle?", 30)
     row = "| Town | Bridge |\n| --- | --- |\n| Wrenford | Seven Arches Bridge, 1791 |"
     assert excerpt(row, "When was the bridge at Wrenford built?", 20) == row  # a row keeps its header
+
+
+@pytest.mark.parametrize("text", ["東京へいきます", "ひらがなカタカナ", "서울에갑니다", "長江是河流"])
+def test_japanese_and_korean_are_read_a_character_at_a_time_as_chinese_is(text):
+    """kvqa.languages.UNSPACED: kana and Hangul written without spaces are ranked and matched by their characters."""
+    assert [word for word, _, _ in units(text)] == list(text)
 
 
 def test_a_chinese_excerpt_weighs_its_characters_as_passages_do():

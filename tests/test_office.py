@@ -206,6 +206,16 @@ def test_chinese_text_survives_exactly():
     assert read(page.encode(), ".html", "河流.html") == [f"# 概述\n{chinese}"]
 
 
+@pytest.mark.parametrize("before, after", [("长江是中国最长的河流，", "全长约6300公里。"),  # after a full-width comma
+                                           ("日本語の文章です。", "続きの文です。"),  # after kana and CJK punctuation
+                                           ("서울은 한국의 수도", "입니다.")])  # inside a Hangul word
+def test_a_source_line_wrapped_between_cjk_characters_joins_closed_up(before, after):
+    """kvqa.languages.WIDE: a line break in the HTML between two CJK characters (punctuation, full-width forms, kana and
+    Hangul included) adds no space."""
+    page = f"<html><body><p>{before}\n{after}</p></body></html>"
+    assert read(page.encode(), ".html", "wrapped.html") == [before + after]
+
+
 def test_encrypted_or_old_office_files_are_refused():
     ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(2000)
     error = refused(ole, ".docx", "secret.docx")
