@@ -68,7 +68,6 @@ from kvqa.bench.squad import exact_match, gold_in, token_f1
 from kvqa.engines import LocalEngine
 from kvqa.generation.compose import compose_reads, shift_keys
 from kvqa.generation.generate import check_fits, run_chunks
-from kvqa.model.kv_cache import new_cache
 from kvqa.results import PrefilledDocument
 from kvqa.session.ask import ask
 
@@ -125,7 +124,7 @@ def compose_fixed(lm, a: PrefilledDocument, b: PrefilledDocument, together_ids: 
     started = time.perf_counter()
     reserve = config.limits.reserve_tokens
     check_fits(lm, len(together_ids), reserve)
-    cache = new_cache(lm.config, len(together_ids) + reserve, lm.kv_dtype)
+    cache = lm.new_cache(len(together_ids) + reserve)
     for layer, (k, v) in enumerate(a.cache.tensors()):
         cache.update(k[:, :, :end_a], v[:, :, :end_a], layer)
     run_chunks(lm, list(together_ids[end_a:start_b]), cache, chunk_size=config.chunk_size)  # the blank line, on A

@@ -23,7 +23,6 @@ from kvqa.documents.parts import select
 from kvqa.documents.reading import document_from_text
 from kvqa.engines.local import LocalEngine
 from kvqa.generation.generate import run_chunks
-from kvqa.model.kv_cache import new_cache
 from kvqa.prompt import prompt_for
 from kvqa.session.session import Session
 
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return sum(engine.prefill(select(document, first, last)).prefill_s for first, last, _ in parts)
 
     def read_whole() -> float:
-        cache = new_cache(lm.config, len(ids), lm.kv_dtype)
+        cache = lm.new_cache(len(ids))
         started = time.perf_counter()
         run_chunks(lm, ids, cache, chunk_size=config.chunk_size)
         return time.perf_counter() - started

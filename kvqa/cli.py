@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 def config_from(args: argparse.Namespace) -> Config:
     """Config from defaults, then KVQA_* environment variables, then flags."""
     flags = ("model", "engine_url", "device", "dtype", "chunk_size", "max_new_tokens", "max_question_tokens",
-             "temperature", "repeat_stop", "draft_tokens", "compile", "weights", "gather_tokens")
+             "temperature", "repeat_stop", "draft_tokens", "compile", "weights", "kv_cache", "gather_tokens")
     settings = {name: getattr(args, name, None) for name in flags}
     if getattr(args, "no_draft", False):
         settings["draft_tokens"] = 0
@@ -167,6 +167,9 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", help="auto, float32, bfloat16 or float16 (default: auto)")
     p.add_argument("--weights", help="the weights' form: auto, fp32 or int8 (one byte a weight, on a CPU; default: "
                    "auto, int8 on a CPU in float32, or $KVQA_WEIGHTS); bench: a comma-separated list, each run in turn")
+    p.add_argument("--kv-cache", dest="kv_cache", choices=("auto", "int8", "model"),
+                   help="what the cache holds keys and values in: int8 (a quarter of float32's bytes, on a CPU) or "
+                   "model (its dtype); default: auto, int8 for the offline models on a CPU, or $KVQA_KV_CACHE")
     p.add_argument("--compile", choices=("on", "off"), help="decode through torch.compile on a fixed-shape cache "
                    "(CUDA graphs on a GPU); the first answer pays the compile (default: off, or $KVQA_COMPILE)")
 

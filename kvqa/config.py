@@ -133,6 +133,9 @@ class Config:
     weights: str = "auto"  # fp32 or int8 (kvqa.model.weights); auto: int8 for the offline models on a CPU in float32
     #                        (the models int8 was measured not to cost answers: kvqa.model.weights.INT8_KEEPS_ANSWERS),
     #                        else fp32
+    kv_cache: str = "auto"  # what a cache holds keys and values in: int8 (a quarter of float32's bytes, one scale per
+    #                         channel: kvqa.model.kv_scales) or model (the model's dtype); auto: kvqa.model.loading's
+    #                         choose_kv_cache
     chunk_size: int = 512  # prefill this many tokens per forward: bounds peak memory on long documents
     compile: str = "off"  # "on": decode steps through torch.compile on a fixed-shape cache (CUDA graphs on a GPU)
     cache_dir: Path = field(default_factory=default_cache_dir)  # converted model copies
@@ -178,7 +181,7 @@ _TOP = {f.name for f in fields(Config)} - set(GROUPS)
 
 ENVIRONMENT = {
     "model": "KVQA_MODEL", "device": "KVQA_DEVICE", "dtype": "KVQA_DTYPE", "attn_implementation": "KVQA_ATTENTION",
-    "weights": "KVQA_WEIGHTS",
+    "weights": "KVQA_WEIGHTS", "kv_cache": "KVQA_KV_CACHE",
     "chunk_size": "KVQA_CHUNK_SIZE", "max_question_tokens": "KVQA_MAX_QUESTION_TOKENS",
     "max_new_tokens": "KVQA_MAX_NEW_TOKENS", "max_file_mb": "KVQA_MAX_FILE_MB", "max_pdf_pages": "KVQA_MAX_PDF_PAGES",
     "max_pdf_seconds": "KVQA_MAX_PDF_SECONDS",

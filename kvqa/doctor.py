@@ -17,7 +17,7 @@ from kvqa.model.kernels.llama_layer import library as layer_library
 from kvqa.model.kernels.native import vector_cpu
 from kvqa.model.kernels.rms_norm import choose_rms_norm
 from kvqa.model.kv_cache import bytes_per_token, unsupported_reason
-from kvqa.model.loading import choose_attention, choose_device, choose_dtype
+from kvqa.model.loading import choose_attention, choose_device, choose_dtype, choose_kv_cache
 from kvqa.model.offline import installed, offline_model
 from kvqa.model.weights import choose_weights, choose_widening, int8_group
 
@@ -97,6 +97,9 @@ def diagnose(config: Config, environ) -> list[Check]:
         int8 = weights == "int8"
         kernel, widening = (choose_kernel(), choose_widening(int8_group(config.model))) if int8 else (None, None)
         kv_dtype = widening.cache if widening else dtype
+        if choose_kv_cache(config.kv_cache, model=config.model, weights=weights, device=device,
+                           compiled=config.compile == "on") == "int8":
+            kv_dtype = torch.int8  # one scale a channel (kvqa.model.kv_scales)
         in_c = llama and kernel != TORCH and layer_library() is not None  # kvqa.model.kernels.llama_layer
         offline = offline_model(config.model)
         four_bit = int8 and offline is not None and offline.int4 and choose_int4_kernel() is not None

@@ -93,8 +93,9 @@ def default_lm() -> kvqa.LoadedModel:
 
 @pytest.fixture(scope="session")
 def int8_lm() -> kvqa.LoadedModel:
-    """The default model with int8 weights (the CPU's default form)."""
-    return kvqa.load_model(kvqa.Config.of(weights="int8"))
+    """The default model with int8 weights (the CPU's default form; its cache in the model's dtype: int8 caches in
+    tests/test_int8_cache.py)."""
+    return kvqa.load_model(kvqa.Config.of(weights="int8", kv_cache="model"))
 
 
 @pytest.fixture(scope="session")

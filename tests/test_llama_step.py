@@ -26,7 +26,7 @@ def steps_both_ways(lm, *, prompt_tokens: int, steps: int):
     ids = lm.tokenizer(TEXT)["input_ids"][:prompt_tokens]
     outcomes = []
     for way in (lm, dataclasses.replace(lm, step=None)):
-        cache = new_cache(lm.config, len(ids) + steps, lm.kv_dtype)
+        cache = lm.new_cache(len(ids) + steps)
         token = int(run_chunks(lm, ids, cache, chunk_size=128).argmax())
         logits = []
         for _ in range(steps):

@@ -17,7 +17,7 @@ from kvqa.generation.decode import decode_one_token, stops_for
 from kvqa.generation.generate import run_chunks
 from kvqa.generation.rerank import quoted
 from kvqa.model.attention import GROUPED_SDPA
-from kvqa.model.kv_cache import bytes_per_token, new_cache
+from kvqa.model.kv_cache import bytes_per_token
 from kvqa.model.loading import LoadedModel
 from kvqa.model.weights import weight_bytes
 from kvqa.session.ask import ask, ask_without_cache
@@ -168,7 +168,7 @@ def run_kvqa(lm: LoadedModel, document: Document, prompt: Prompt, prefix_ids: li
     with torch.no_grad():  # the prefill in chunks and as one forward, alternately, outside the memory window
         for _ in range(PREFILL_REPEATS):
             for chunk_size, times in ((len(prefix_ids), unchunked), (config.chunk_size, chunked)):
-                cache = new_cache(lm.config, len(prefix_ids) + config.limits.reserve_tokens, lm.kv_dtype)
+                cache = lm.new_cache(len(prefix_ids) + config.limits.reserve_tokens)
                 started = now(device)
                 run_chunks(lm, prefix_ids, cache, chunk_size=chunk_size)
                 times.append(now(device) - started)

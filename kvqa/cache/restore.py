@@ -15,6 +15,7 @@ from kvqa.errors import KvqaError
 from kvqa.generation.generate import check_fits, out_of_memory_as_error, prefill, prefix_of
 from kvqa.model.kernels.decode_attention import choose_decode_attention
 from kvqa.model.kv_cache import cache_bytes, cache_from_tensors
+from kvqa.model.kv_scales import digest
 from kvqa.model.loading import LoadedModel
 from kvqa.model.norms import norm_of
 from kvqa.prompt import Prompt, prompt_for
@@ -28,7 +29,8 @@ def cache_key(lm: LoadedModel, document: Document, *, weights: str) -> CacheKey:
     """What determines this document's cache with this model here (the prefix ids are checked from the file)."""
     one_token = f" + {choose_decode_attention()}" if lm.device.type == "cpu" else ""  # a last chunk of one token
     norms = f" + {norm}" if (norm := norm_of(lm.model)) else ""  # kvqa's norm kernel sums in its own order
-    return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch."),
+    held = f", cache int8 {digest(lm.kv_scales)}" if lm.kv_scales is not None else ""  # the scales' integers
+    return CacheKey(model=lm.name, weights=weights, dtype=str(lm.dtype).removeprefix("torch.") + held,
                     device=lm.device.type, attention=lm.attn_implementation + norms + one_token,
                     text_sha256=text_sha256(document.text))
 
@@ -87,7 +89,8 @@ def _restore(lm: LoadedModel, document: Document, stored: StoredCache, prompt: P
         return None
     check_fits(lm, len(ids), config.limits.reserve_tokens)
     with out_of_memory_as_error("doing.restoring"):
-        cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.limits.reserve_tokens)
+        cache = cache_from_tensors(lm.config, stored.tensors, len(ids) + config.limits.reserve_tokens,
+                                   lm.kv_scales)
     return PrefilledDocument(
         document=document, prompt=prompt, ids=stored.ids, cache=cache, cache_bytes=cache.nbytes,
         prefill_s=now(device) - started, model_name=lm.name, max_question_tokens=config.limits.max_question_tokens,

@@ -34,13 +34,16 @@ class EngineInfo:
     composes: bool = False  # compose() joins the caches of parts read apart (kvqa.generation.compose)
     weights: str = ""  # the weights' form where this process holds them (kvqa.model.weights: fp32, int8); "": elsewhere
     weight_bytes: int = 0  # what they hold in memory
+    kv_cache: str = ""  # what its caches hold keys and values in, where not the dtype: "int8" (kvqa.model.kv_scales)
 
     @property
     def precision(self) -> str:
-        """The dtype, and the weights' form and size where known: 'float32; int8 weights, 129 MiB'."""
+        """The dtype, and the weights' form and size and the cache's form where known: 'float32; int8 weights,
+        129 MiB; int8 cache'."""
         if not self.weights:
             return self.dtype
-        return f"{self.dtype}; {self.weights} weights, {self.weight_bytes / 2**20:,.0f} MiB"
+        cache = f"; {self.kv_cache} cache" if self.kv_cache else ""
+        return f"{self.dtype}; {self.weights} weights, {self.weight_bytes / 2**20:,.0f} MiB{cache}"
 
 
 class Engine(Protocol):

@@ -67,7 +67,7 @@ class StoredDocument:
         if stored is None or stored.ids != self.doc.ids or stored.date_string != self.doc.prompt.date_string:
             return None
         with out_of_memory_as_error("doing.restoring"):
-            cache = cache_from_tensors(lm.config, stored.tensors, self.capacity)
+            cache = cache_from_tensors(lm.config, stored.tensors, self.capacity, lm.kv_scales)
         return replace(self.doc, cache=cache)
 
     @classmethod

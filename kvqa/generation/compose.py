@@ -24,7 +24,7 @@ from kvqa.config import Config
 from kvqa.documents.reading import Document
 from kvqa.errors import ModelError
 from kvqa.generation.generate import check_fits, out_of_memory_as_error, run_chunks
-from kvqa.model.kv_cache import new_cache, windows
+from kvqa.model.kv_cache import windows
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt
 from kvqa.results import PrefilledDocument
@@ -109,7 +109,7 @@ def compose(lm: LoadedModel, head: Run, runs: Sequence[Run], tail: Sequence[int]
     reserve = config.limits.reserve_tokens
     check_fits(lm, len(composed), reserve)
     with out_of_memory_as_error("doing.reading"):
-        cache = new_cache(lm.config, len(composed) + reserve, lm.kv_dtype)
+        cache = lm.new_cache(len(composed) + reserve)
         for layer in range(len(cache.layers)):
             keys, values, at = [], [], 0
             for run in (head, *runs):
@@ -137,8 +137,7 @@ def compose_reads(lm: LoadedModel, reads: Sequence[PrefilledDocument], document:
 
 
 def _run(read: PrefilledDocument, first: int, end: int, text: str) -> Run:
-    layers = tuple((layer.keys[:, :, first:end].clone(), layer.values[:, :, first:end].clone())
-                   for layer in read.cache.layers)
+    layers = tuple(tuple(t.clone() for t in layer.read(first, end)) for layer in read.cache.layers)  # int8: widened
     return Run(tuple(read.ids[first:end]), text, first, layers)
 
 

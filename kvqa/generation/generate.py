@@ -27,7 +27,7 @@ from kvqa.generation.decode import DecodePlan, decode_n_tokens, stops_for
 from kvqa.generation.rerank import quoted
 from kvqa.memory import release_memory
 from kvqa.messages import Message
-from kvqa.model.kv_cache import KVCache, cache_bytes, new_cache
+from kvqa.model.kv_cache import KVCache, cache_bytes
 from kvqa.model.loading import LoadedModel
 from kvqa.prompt import Prompt, prompt_for
 from kvqa.results import Answer, AnswerStream, PrefilledDocument, QuestionTurn
@@ -91,7 +91,7 @@ def prefill_steps(lm: LoadedModel, document: Document, *, config: Config = Confi
         admit(nbytes)
     started = now(lm.device)
     with out_of_memory_as_error("doing.reading"):
-        cache = new_cache(lm.config, len(ids) + reserve, lm.kv_dtype)
+        cache = lm.new_cache(len(ids) + reserve)
         for start in range(0, len(ids), config.chunk_size):
             run_chunks(lm, ids[start: start + config.chunk_size], cache, chunk_size=config.chunk_size)
             yield min(start + config.chunk_size, len(ids)) / len(ids)
@@ -212,7 +212,7 @@ def _decode_from_scratch(lm: LoadedModel, chunks: list[list[int]], options: Deco
                          capacity: int, ranked_s: float) -> Iterator[str | Answer]:
     asked = replace(asked, started=now(lm.device) - ranked_s)
     with answering(), out_of_memory_as_error("doing.answering"):
-        cache = new_cache(lm.config, max(capacity, asked.question_tokens + asked.max_new_tokens), lm.kv_dtype)
+        cache = lm.new_cache(max(capacity, asked.question_tokens + asked.max_new_tokens))
         for chunk in chunks:  # by default one forward over the whole prompt
             logits = run_chunks(lm, chunk, cache, chunk_size=len(chunk))
         yield from decode_n_tokens(lm, logits, cache, options, asked)
@@ -220,11 +220,14 @@ def _decode_from_scratch(lm: LoadedModel, chunks: list[list[int]], options: Deco
 
 # ---- the promise --------------------------------------------------------------------------------------------------
 
-def guarantee(dtype: str, *, compiled: bool = False, weights: str = "fp32") -> Message:
+def guarantee(dtype: str, *, compiled: bool = False, weights: str = "fp32", kv_cache: str = "model") -> Message:
     """What kvqa promises about greedy answers in this precision, as tests/test_exactness.py (and, for the compiled
-    decode step, tests/test_compile.py; for int8 weights, tests/test_weights.py) prove it."""
+    decode step, tests/test_compile.py; for int8 weights, tests/test_weights.py; for an int8 cache,
+    tests/test_int8_cache.py) prove it."""
     if compiled:  # test_compile.py proves the same-chunks promise only
         return Message("promise.compiled")
+    if kv_cache == "int8":  # keys and values rounded to int8 as they are written: the same-chunks promise only
+        return Message("promise.int8_cache")
     if weights == "int8":  # products round their inputs to bfloat16 (kvqa.model.weights): the same-chunks promise only
         return Message("promise.int8")
     if dtype == "float32":

@@ -4,14 +4,42 @@ KVCache preallocates, per layer, room for the document plus a reserve for one qu
 writes the question's and the answer's keys/values into the reserve, in place, and `rollback` then resets the
 length to the document's: forking costs nothing (no copy), decoding never reallocates (no per-token torch.cat),
 and the document's keys/values are never written after the prefill, so they stay bit-identical.
+
+A cache holds its keys and values in the model's dtype (float32, bfloat16) or in int8 (kvqa.model.kv_scales): one
+byte an element, each a whole multiple of its channel's scale, one scale per layer, key/value head and channel fixed for
+the model (so a document's cache, a composed one and a restored one all read alike, and a quarter of float32's bytes,
+the scales aside). Attention reads int8 as it is held: the query times the keys' scales against the int8 keys, the
+output times the values' scales (decode_attention.c widens int8 in registers); a forward over many tokens reads the
+keys and values widened (read()).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, get_layer_types_and_kwargs
 
 from kvqa.messages import Message
+from kvqa.model.kernels.decode_attention import attend_one
+
+
+@dataclass(frozen=True)
+class Int8Scales:
+    """One layer's int8 scales: keys' and values' (1, kv_heads, 1, head_dim), float32; an element held as q stands
+    for q x its channel's scale."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    def to(self, device: torch.device) -> Int8Scales:
+        return Int8Scales(self.keys.to(device), self.values.to(device))
+
+
+def to_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x as int8 multiples of `scale`: x / scale rounded to nearest even, clamped to +-127 (llama_layer.c rounds the
+    same way, bit for bit)."""
+    return (x.float() / scale).round_().clamp_(-127, 127).to(torch.int8)
 
 
 class _BufferLayer(DynamicLayer):
@@ -21,10 +49,13 @@ class _BufferLayer(DynamicLayer):
     hands attention only the positions its new tokens can see (the W - 1 before them and themselves) and tells the
     mask where they start (get_mask_sizes), as transformers' DynamicSlidingWindowLayer does for the same tokens."""
 
-    def __init__(self, capacity: int, window: int | None = None, dtype: torch.dtype | None = None):
+    def __init__(self, capacity: int, window: int | None = None, dtype: torch.dtype | None = None,
+                 scales: Int8Scales | None = None):
         super().__init__()
+        assert (dtype == torch.int8) == (scales is not None), "an int8 cache layer needs its scales, and only it"
         self.capacity = capacity
         self.dtype = dtype  # what the buffers hold; None: the first keys' dtype
+        self.scales = scales
         self.length = 0
         self.window = window
         self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
@@ -37,15 +68,16 @@ class _BufferLayer(DynamicLayer):
                                                    dtype=self.dtype or value_states.dtype)
         self.is_initialized = True
 
-    # the filled part's views, made as they are read: the written-out decode steps change the length 30 times a token
-    # and read the buffers themselves (both views made at every change cost a few tenths of a millisecond a token)
+    # the filled part, made as it is read (views, or widened copies of int8): the written-out decode steps change the
+    # length 30 times a token and read the buffers themselves (both views made at every change cost a few tenths of a
+    # millisecond a token)
     @property
     def keys(self) -> torch.Tensor | None:
-        return self.key_buffer[:, :, : self.length] if self.is_initialized else None
+        return self.read(0, self.length)[0] if self.is_initialized else None
 
     @property
     def values(self) -> torch.Tensor | None:
-        return self.value_buffer[:, :, : self.length] if self.is_initialized else None
+        return self.read(0, self.length)[1] if self.is_initialized else None
 
     @keys.setter
     def keys(self, tensor: None) -> None:  # transformers' layer sets None as it starts; nothing else is taken
@@ -65,28 +97,52 @@ class _BufferLayer(DynamicLayer):
         the cache's dtype; the length is the caller's to advance."""
         end = position + keys.shape[-2]
         assert end <= self.capacity, f"cache overflow: {end} > {self.capacity} tokens"
+        if self.scales is not None and keys.dtype != torch.int8:  # int8 given is held as it is (a restore)
+            keys, values = to_int8(keys, self.scales.keys), to_int8(values, self.scales.values)
         self.key_buffer[:, :, position: end].copy_(keys)
         self.value_buffer[:, :, position: end].copy_(values)
 
-    def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys and values of positions start.. end - 1, as views."""
+    def held(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of positions start.. end - 1 as the buffers hold them (int8 too), as views."""
         return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]
 
-    def visible(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the token at position end - 1 attends to: from 0, or for a sliding window its last `window`
-        positions."""
-        return self.read(0 if self.window is None else max(0, end - self.window), end)
+    def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of positions start.. end - 1: views, or int8 widened to float32 by its scales."""
+        keys, values = self.held(start, end)
+        if self.scales is None:
+            return keys, values
+        return keys.float() * self.scales.keys, values.float() * self.scales.values
 
-    def addresses(self, dtype: torch.dtype) -> tuple[int, int, int] | None:
-        """(keys' address, values' address, elements from one position to the next) for C that writes and reads the
-        buffers in place (kvqa.model.kernels.llama_layer), or None where they are not laid out as it reads them."""
+    def attend(self, query: torch.Tensor, end: int, scale: float) -> torch.Tensor:
+        """One token's attention over what the token at position end - 1 sees (visible()): query (1, KV, G, D) ->
+        (1, KV, G, D), float32. int8 read as it is held: the query times the keys' scales, the output times the
+        values' (what kvqa.model.kernels.llama_layer computes too, bit for bit)."""
+        if self.scales is None:
+            return attend_one(query, *self.visible(end), scale)
+        keys, values = self.held(self._seen_from(end), end)
+        return attend_one(query * self.scales.keys, keys, values, scale) * self.scales.values
+
+    def visible(self, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the token at position end - 1 attends to (read()): from 0, or for a sliding window its last `window`
+        positions."""
+        return self.read(self._seen_from(end), end)
+
+    def _seen_from(self, end: int) -> int:
+        return 0 if self.window is None else max(0, end - self.window)
+
+    def addresses(self, dtype: torch.dtype) -> tuple[int, int, int, int | None, int | None] | None:
+        """(keys' address, values' address, elements from one position to the next, the keys' and the values' int8
+        scales' addresses or None) for C that writes and reads the buffers in place (kvqa.model.kernels.llama_layer), or
+        None where they are not laid out as it reads them."""
         buffers = (self.key_buffer, self.value_buffer)
         if not all(b.dtype == dtype and b.is_contiguous() for b in buffers):
             return None
-        return self.key_buffer.data_ptr(), self.value_buffer.data_ptr(), self.key_buffer.stride(1)
+        scales = (None, None) if self.scales is None else (self.scales.keys.data_ptr(), self.scales.values.data_ptr())
+        return self.key_buffer.data_ptr(), self.value_buffer.data_ptr(), self.key_buffer.stride(1), *scales
 
     @property
     def nbytes(self) -> int:
+        """Bytes the buffers hold (an int8 layer's scales are the model's, shared by all its caches)."""
         return self.key_buffer.nbytes + self.value_buffer.nbytes if self.is_initialized else 0
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -94,11 +150,9 @@ class _BufferLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
         self.write(self.length, key_states, value_states)
-        start = self.window_start
+        start = self.window_start  # a window sees the W - 1 before the new tokens, and themselves
         self.length = end
-        if start:
-            return self.read(start, end)  # what the window sees: the W - 1 before the new tokens, and themselves
-        return self.keys, self.values  # (B, kv_heads, end, head_dim) views, no copy
+        return self.read(start, end)  # (B, kv_heads, end - start, head_dim): views, no copy (int8: widened)
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(keys attended, position of the first): what update() returns for the next `query_length` tokens."""
@@ -144,10 +198,12 @@ class KVCache(Cache):
     values held in `dtype` (None: the model's; the layers round what they are given to it, and hand it back)."""
 
     def __init__(self, num_layers: int, capacity: int, windows: list[int | None] | None = None,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, scales: list[Int8Scales] | None = None):
         windows = windows or [None] * num_layers  # per layer: its sliding window, None for full attention
         assert len(windows) == num_layers, f"{len(windows)} windows for {num_layers} layers"
-        super().__init__(layers=[_BufferLayer(capacity, window, dtype) for window in windows])
+        per_layer = scales or [None] * num_layers  # an int8 cache: each layer's scales
+        assert len(per_layer) == num_layers, f"{len(per_layer)} layers' scales for {num_layers} layers"
+        super().__init__(layers=[_BufferLayer(capacity, window, dtype, s) for window, s in zip(windows, per_layer)])
         self.capacity = capacity
         self._static: Cache | None = None  # static_view(), built on first use
 
@@ -170,8 +226,8 @@ class KVCache(Cache):
         return sum(layer.nbytes for layer in self.layers)
 
     def tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Each layer's (keys, values) over the current length, as views."""
-        return [(layer.keys, layer.values) for layer in self.layers]
+        """Each layer's (keys, values) over the current length as held (int8 too), as views."""
+        return [layer.held(0, layer.length) for layer in self.layers]
 
     def static_view(self) -> Cache:
         """The same buffers as a fixed-shape cache for a compiled decode step
@@ -183,6 +239,7 @@ class KVCache(Cache):
             layers = []
             for layer in self.layers:
                 assert layer.is_initialized, "prefill the cache before decoding from it"
+                assert layer.scales is None, "a compiled step reads a float cache"
                 static = StaticLayer(max_cache_len=self.capacity)
                 static.keys, static.values = layer.key_buffer, layer.value_buffer  # shared, not copied
                 for buffer in (layer.key_buffer, layer.value_buffer):  # the reserve was never written: masked
@@ -210,15 +267,18 @@ class KVCache(Cache):
         """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
         for layer in self.layers:
             layer.to(torch.device(device))
+            if layer.scales is not None:
+                layer.scales = layer.scales.to(torch.device(device))
         self._static = None  # its tensors were on the old device
         return self
 
 
-def new_cache(model_config, capacity: int, dtype: torch.dtype | None = None) -> KVCache:
+def new_cache(model_config, capacity: int, dtype: torch.dtype | None = None,
+              scales: list[Int8Scales] | None = None) -> KVCache:
     """An empty KVCache for a model, able to hold `capacity` tokens in every layer (sliding-window layers too), in
-    `dtype` (LoadedModel.kv_dtype; None: the model's)."""
+    `dtype` (LoadedModel.kv_dtype; None: the model's; int8 with each layer's `scales`, LoadedModel.kv_scales)."""
     per_layer = windows(model_config)
-    return KVCache(len(per_layer), capacity, per_layer, dtype)
+    return KVCache(len(per_layer), capacity, per_layer, dtype, scales)
 
 
 def windows(model_config) -> list[int | None]:
@@ -242,7 +302,8 @@ def unsupported_reason(model_config) -> Message | None:
 
 
 def bytes_per_token(model_config, dtype: torch.dtype) -> int:
-    """One token's keys and values in a model's cache (kv_bytes for its config)."""
+    """One token's keys and values in a model's cache (kv_bytes for its config; an int8 cache's scales, a few KiB
+    for the whole cache, not counted)."""
     c = model_config.get_text_config(decoder=True)
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
@@ -260,11 +321,16 @@ def kv_bytes(layers: int, kv_heads: int, head_dim: int, itemsize: int) -> int:
     return 2 * layers * kv_heads * head_dim * itemsize
 
 
-def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int) -> KVCache:
+def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Tensor]], capacity: int,
+                       scales: list[Int8Scales] | None = None) -> KVCache:
     """A KVCache of `capacity` tokens holding a copy of each layer's (keys, values), as KVCache.tensors() gave them
-    (the disk tier restores caches with this); bit for bit the same keys and values."""
-    cache = new_cache(model_config, capacity, tensors[0][0].dtype if tensors else None)
+    (the disk tier restores caches with this; int8 ones with the model's `scales`); bit for bit the same keys and
+    values."""
+    cache = new_cache(model_config, capacity, tensors[0][0].dtype if tensors else None, scales)
     assert len(tensors) == len(cache.layers), f"{len(tensors)} layers stored, the model has {len(cache.layers)}"
-    for i, (keys, values) in enumerate(tensors):
-        cache.update(keys, values, i)
+    for layer, (keys, values) in zip(cache.layers, tensors):
+        if not layer.is_initialized:
+            layer.lazy_initialization(keys, values)
+        layer.write(0, keys, values)
+        layer.length = keys.shape[-2]
     return cache

@@ -7,7 +7,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -20,7 +20,8 @@ from kvqa.model.architectures import written_out_step
 from kvqa.model.attention import GROUPED_SDPA, _register_grouped_sdpa
 from kvqa.model.kernels.int4_kernel import choose_int4_kernel
 from kvqa.model.kernels.int8_kernel import Int8Kernel
-from kvqa.model.kv_cache import unsupported_reason
+from kvqa.model.kv_cache import Int8Scales, KVCache, new_cache, unsupported_reason
+from kvqa.model.kv_scales import measured_scales
 from kvqa.model.norms import kernel_norms
 from kvqa.model.offline import SMOLLM2, Stages, model_dir, offline_model, stored_form
 from kvqa.model.vocabulary import eos_ids
@@ -60,6 +61,11 @@ class LoadedModel:
     weights: str = "fp32"  # the weights' form (kvqa.model.weights): fp32 as loaded, or int8
     weight_bytes: int = 0  # what the weights hold in memory
     kv_dtype: torch.dtype = torch.float32  # what the cache holds keys and values in (kvqa.model.weights.cache_dtype)
+    kv_scales: list[Int8Scales] | None = None  # an int8 cache's scales, per layer (kvqa.model.kv_scales)
+
+    def new_cache(self, capacity: int) -> KVCache:
+        """An empty cache of `capacity` tokens in this model's cache form."""
+        return new_cache(self.config, capacity, self.kv_dtype, self.kv_scales)
 
     @property
     def config(self):
@@ -77,7 +83,8 @@ def load_model(config: Config = Config(), *, progress: Stages | None = None) -> 
     weights = choose_weights(config.weights, device, choose_dtype(config.dtype, device),  # "auto" and its form: one
                              model=config.model, compile=config.compile == "on")
     copy = str(config.cache_dir) if offline_model(config.model) else None  # an offline model's copy is its folder's
-    key = (config.model, copy, config.device, config.dtype, config.attn_implementation, config.compile, weights)
+    key = (config.model, copy, config.device, config.dtype, config.attn_implementation, config.compile, weights,
+           config.kv_cache)
     with _lock:
         if key not in _loaded:
             _loaded[key] = _load(config, progress=progress or (lambda fraction, stage: None))
@@ -153,8 +160,33 @@ def _load(config: Config, *, progress: Stages) -> LoadedModel:
     except (OSError, ValueError, ImportError) as e:
         raise ModelError(_load_failure(config.model, e)) from None
     progress(0.9, Message("load.prepare", name=config.model))
-    return prepare(model, tokenizer, name=config.model, device=device, load_started=started,
-                   compile=config.compile == "on", weights=config.weights)
+    lm = prepare(model, tokenizer, name=config.model, device=device, load_started=started,
+                 compile=config.compile == "on", weights=config.weights)
+    if choose_kv_cache(config.kv_cache, model=config.model, weights=lm.weights, device=device,
+                       compiled=lm.decode_step is not None) == "int8":
+        folder = Path(source) if offline_model(config.model) else None
+        progress(0.95, Message("load.kv_scales", name=config.model))
+        lm = with_int8_cache(lm, measured_scales(lm.model, tokenizer, folder))
+        lm = replace(lm, load_s=time.perf_counter() - started)
+    return lm
+
+
+def choose_kv_cache(name: str, *, model: str, weights: str, device: torch.device, compiled: bool) -> str:
+    """What the cache holds: "int8" or "model" as named; auto: int8 for the offline models with int8 weights on a CPU
+    (where it was measured: docs/quality.md), else the model's dtype. A compiled step reads the model's dtype only."""
+    if name not in ("auto", "int8", "model"):
+        raise ModelError("model.kv_cache_unknown", name=name)
+    if compiled:
+        return "model"
+    if name == "auto":
+        return "int8" if offline_model(model) and weights == "int8" and device.type == "cpu" else "model"
+    return name
+
+
+def with_int8_cache(lm: LoadedModel, scales: list[Int8Scales]) -> LoadedModel:
+    """The model with its cache in int8 by these scales: its written-out step (and C loop) built for that form."""
+    lm.model.config.kvqa_cache_dtype = "int8"  # cache_dtype() reads it
+    return replace(lm, kv_dtype=torch.int8, kv_scales=scales, step=written_out_step(lm.model, lm.device))
 
 
 def _load_int8_copy(folder: Path, name: str, attn: str):

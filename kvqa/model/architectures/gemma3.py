@@ -21,7 +21,6 @@ import torch.nn.functional as F
 
 from kvqa.model.architectures.architecture import Architecture, counted, head_dim
 from kvqa.model.architectures.llama import fuse_layers, rolled_sin
-from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kv_cache import KVCache
 from kvqa.model.weights import product
 
@@ -89,8 +88,7 @@ class GemmaStep:
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
             q, k = qk[:, :h], qk[:, h:]
             held.write(position, k, qkv[..., (h + kv) * d:].view(1, 1, kv, d).transpose(1, 2))
-            keys, values = held.visible(position + 1)  # what the window sees
-            out = attend_one(q.reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
+            out = held.attend(q.reshape(1, kv, h // kv, d), position + 1, layer.scaling)  # (1, KV, H / KV, D), windowed
             x = x + layer.post_attn_norm(layer.o_proj(out.reshape(1, 1, h * d).to(x.dtype)))
             gate, up = layer.gate_up(layer.pre_mlp_norm(x)).chunk(2, dim=-1)
             x = x + layer.post_mlp_norm(layer.down_proj(layer.act_fn(gate) * up))

@@ -23,7 +23,6 @@ from typing import NamedTuple
 import torch
 
 from kvqa.model.architectures.architecture import Architecture, counted
-from kvqa.model.kernels.decode_attention import attend_one
 from kvqa.model.kernels.llama_layer import layers_in_c
 from kvqa.model.kv_cache import KVCache
 from kvqa.model.norms import norm
@@ -104,8 +103,7 @@ class LlamaStep:
             qk = qkv[..., : (h + kv) * d].view(1, h + kv, 1, d)  # (1, H + KV, 1, D)
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # apply_rotary_pos_emb, queries and keys at once
             held.write(position, qk[:, h:], qkv[..., (h + kv) * d:].view(1, kv, 1, d))
-            keys, values = held.visible(position + 1)
-            out = attend_one(qk[:, :h].reshape(1, kv, h // kv, d), keys, values, layer.scaling)  # (1, KV, H / KV, D)
+            out = held.attend(qk[:, :h].reshape(1, kv, h // kv, d), position + 1, layer.scaling)  # (1, KV, H / KV, D)
             x = x + layer.o_proj(out.reshape(1, 1, h * d))
             gate, up = layer.gate_up(layer.post_norm(x)).chunk(2, dim=-1)
             x = x + layer.down_proj(layer.act_fn(gate) * up)

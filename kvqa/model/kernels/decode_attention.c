@@ -1,6 +1,7 @@
 /* kvqa's attention for one new token over a cache (a decode step): out = softmax(q K^T * scale) V for each query
  * head, its key/value head's keys and values read once for the whole group of query heads that share them. Keys and
- * values float32 or bfloat16 (widened in registers); the query and everything computed float32. kvqa/native.py
+ * values float32, bfloat16 or int8 (widened in registers; int8's scales are the caller's: the query
+ * times the keys' before, the output times the values' after); the query and everything computed float32. kvqa/native.py
  * builds it for the CPU it runs on (cc -O3 -march=native -fopenmp); kvqa/decode_attention.py calls it.
  *
  * A decode step's attention is memory-bound: every cached key and value is read once for one token. PyTorch's CPU
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 
 #define PART 512   /* keys per part */
+#define BYTES(held) ((held) == 0 ? 4 : (held) == 1 ? 2 : 1)  /* an element's bytes: float32, bfloat16, int8 */
 #define MAX_GROUP 8
 #define MAX_DIM 256
 #ifndef AHEAD
@@ -36,11 +38,14 @@ static inline vec madd(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vec nmadd(vec a, vec b, vec c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline float total(vec a) { return _mm512_reduce_add_ps(a); }
 static inline float top_of(vec a) { return _mm512_reduce_max_ps(a); }
-/* LANES keys or values from element i on, float32 or bfloat16 (bfloat16 widened: its bits are float32's top half) */
-static inline vec load_row(const void *p, int64_t i, int bf16) {
-    if (bf16)
+/* LANES keys or values from element i on, float32 (held 0), bfloat16 (1; widened: its bits are float32's top half)
+ * or int8 (2; converted) */
+static inline vec load_row(const void *p, int64_t i, int held) {
+    if (held == 1)
         return _mm512_castsi512_ps(_mm512_slli_epi32(
             _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i))), 16));
+    if (held == 2)
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)p + i))));
     return _mm512_loadu_ps((const float *)p + i);
 }
 static inline vec nearest(vec x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT); }
@@ -84,10 +89,12 @@ static inline float top_of(vec a) {
     s = _mm_max_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
-static inline vec load_row(const void *p, int64_t i, int bf16) {
-    if (bf16)
+static inline vec load_row(const void *p, int64_t i, int held) {
+    if (held == 1)
         return _mm256_castsi256_ps(_mm256_slli_epi32(
             _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i))), 16));
+    if (held == 2)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)p + i))));
     return _mm256_loadu_ps((const float *)p + i);
 }
 static inline vec nearest(vec x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
@@ -126,14 +133,14 @@ static inline vec exp_of(vec x) {
 /* The scores of the g queries for keys j..j+LANES-1 (LANES lanes each, times scale), or for the r < LANES keys
  * left, the lanes after them -infinity. */
 static inline __attribute__((always_inline)) void score_block(
-    const float *q, const void *k, int64_t j, int64_t r, int g, int d, float scale, int bf16, vec *s) {
+    const float *q, const void *k, int64_t j, int64_t r, int g, int d, float scale, int held, vec *s) {
     for (int i = 0; i < g; i++) {
         if (r == LANES) {  /* LANES dot products, their lanes summed together */
             vec acc[LANES];
             for (int t = 0; t < LANES; t++) {
                 acc[t] = splat(0.0f);
                 for (int e = 0; e < d; e += LANES)
-                    acc[t] = madd(load(q + i * d + e), load_row(k, (j + t) * d + e, bf16), acc[t]);
+                    acc[t] = madd(load(q + i * d + e), load_row(k, (j + t) * d + e, held), acc[t]);
             }
             s[i] = mul(sum_lanes(acc), splat(scale));
         } else {  /* the last few keys one at a time */
@@ -142,7 +149,7 @@ static inline __attribute__((always_inline)) void score_block(
             for (int t = 0; t < r; t++) {
                 vec acc = splat(0.0f);
                 for (int e = 0; e < d; e += LANES)
-                    acc = madd(load(q + i * d + e), load_row(k, (j + t) * d + e, bf16), acc);
+                    acc = madd(load(q + i * d + e), load_row(k, (j + t) * d + e, held), acc);
                 lanes[t] = total(acc) * scale;
             }
             s[i] = load(lanes);
@@ -160,7 +167,7 @@ static inline __attribute__((always_inline)) void score_block(
  * where the cache is long (a decode step 9-10% faster at 4,096 and 7,000 tokens, the same at 1,024;
  * docs/performance.md). The same bits either way. */
 static inline __attribute__((always_inline)) void attend_part(
-    const float *q, const void *k, const void *v, int64_t n, int g, int d, float scale, int bf16, float *partial) {
+    const float *q, const void *k, const void *v, int64_t n, int g, int d, float scale, int held, float *partial) {
     vec acc[MAX_GROUP][MAX_DIM / LANES], sums[MAX_GROUP], s[MAX_GROUP];
     float top[MAX_GROUP], p[MAX_GROUP][LANES];
     for (int i = 0; i < g; i++) {
@@ -170,7 +177,7 @@ static inline __attribute__((always_inline)) void attend_part(
     }
     for (int64_t j = 0; j < n; j += LANES) {
 #if AHEAD > 0
-        const int64_t block = LANES * d * (bf16 ? 2 : 4);  /* bytes of a block's keys, or of its values */
+        const int64_t block = LANES * d * BYTES(held);  /* bytes of a block's keys, or of its values */
         const char *next_keys = (const char *)k + (j / LANES + AHEAD) * block;
         const char *next_values = (const char *)v + (j / LANES + AHEAD) * block;
         for (int64_t b = 0; b < block; b += 64) {  /* a hint: past the end it reads nothing and cannot fault */
@@ -179,7 +186,7 @@ static inline __attribute__((always_inline)) void attend_part(
         }
 #endif
         int64_t r = n - j < LANES ? n - j : LANES;
-        score_block(q, k, j, r, g, d, scale, bf16, s);
+        score_block(q, k, j, r, g, d, scale, held, s);
         for (int i = 0; i < g; i++) {
             float m = top_of(s[i]);
             if (m > top[i]) {  /* a new maximum: what was summed so far scaled down to it */
@@ -194,7 +201,7 @@ static inline __attribute__((always_inline)) void attend_part(
         }
         for (int64_t t = 0; t < r; t++) {  /* the values, weighted for every query */
             for (int c = 0; c < d / LANES; c++) {
-                vec row = load_row(v, (j + t) * d + c * LANES, bf16);
+                vec row = load_row(v, (j + t) * d + c * LANES, held);
                 for (int i = 0; i < g; i++) acc[i][c] = madd(splat(p[i][t]), row, acc[i][c]);
             }
         }
@@ -207,20 +214,20 @@ static inline __attribute__((always_inline)) void attend_part(
 }
 
 static void attend_part_any(const float *q, const void *k, const void *v, int64_t n, int g, int d, float scale,
-                            int bf16, float *partial) {
+                            int held, float *partial) {
     /* the shapes of the models kvqa knows, with their loops unrolled; any other through the general loops */
     if (g == 3 && d == 64)
-        attend_part(q, k, v, n, 3, 64, scale, bf16, partial);  /* SmolLM2-135M */
+        attend_part(q, k, v, n, 3, 64, scale, held, partial);  /* SmolLM2-135M */
     else if (g == 3 && d == 128)
-        attend_part(q, k, v, n, 3, 128, scale, bf16, partial);  /* Llama 3.2 3B */
+        attend_part(q, k, v, n, 3, 128, scale, held, partial);  /* Llama 3.2 3B */
     else if (g == 4 && d == 256)
-        attend_part(q, k, v, n, 4, 256, scale, bf16, partial);  /* Gemma 3 270M */
+        attend_part(q, k, v, n, 4, 256, scale, held, partial);  /* Gemma 3 270M */
     else if (g == 6 && d == 128)
-        attend_part(q, k, v, n, 6, 128, scale, bf16, partial);  /* Qwen2.5 1.5B */
+        attend_part(q, k, v, n, 6, 128, scale, held, partial);  /* Qwen2.5 1.5B */
     else if (g == 7 && d == 64)
-        attend_part(q, k, v, n, 7, 64, scale, bf16, partial);  /* Qwen2.5 0.5B */
+        attend_part(q, k, v, n, 7, 64, scale, held, partial);  /* Qwen2.5 0.5B */
     else
-        attend_part(q, k, v, n, g, d, scale, bf16, partial);
+        attend_part(q, k, v, n, g, d, scale, held, partial);
 }
 
 void kvqa_decode_attention_limits(int *max_group, int *max_dim) {
@@ -231,11 +238,11 @@ void kvqa_decode_attention_limits(int *max_group, int *max_dim) {
 int kvqa_decode_attention_lanes(void) { return LANES; }
 
 /* q (kv, g, d) float32; keys and values (kv heads, n rows of d) with `head_stride` elements from one head to the
- * next, float32 or bfloat16 (bf16 = 1); out (kv, g, d) float32. g <= MAX_GROUP, d a multiple of 16 up to MAX_DIM.
+ * next, float32 (held = 0), bfloat16 (1) or int8 (2); out (kv, g, d) float32. g <= MAX_GROUP, d a multiple of 16 up to MAX_DIM.
  * Returns 0, or -1 where scratch memory could not be had. */
 int kvqa_decode_attention(const float *q, const void *k, const void *v, int64_t head_stride, int64_t n, int kv, int g,
-                          int d, float scale, int bf16, float *out, int threads) {
-    int64_t parts = (n + PART - 1) / PART, units = kv * parts, size = bf16 ? 2 : 4;
+                          int d, float scale, int held, float *out, int threads) {
+    int64_t parts = (n + PART - 1) / PART, units = kv * parts, size = BYTES(held);
     float *partials = malloc(sizeof(float) * units * g * (d + 2));
     if (partials == NULL) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads)
@@ -243,7 +250,7 @@ int kvqa_decode_attention(const float *q, const void *k, const void *v, int64_t 
         int64_t h = u / parts, start = (u % parts) * PART, end = start + PART < n ? start + PART : n;
         const char *kh = (const char *)k + (h * head_stride + start * d) * size;
         const char *vh = (const char *)v + (h * head_stride + start * d) * size;
-        attend_part_any(q + h * g * d, kh, vh, end - start, g, d, scale, bf16, partials + u * g * (d + 2));
+        attend_part_any(q + h * g * d, kh, vh, end - start, g, d, scale, held, partials + u * g * (d + 2));
     }
     for (int64_t h = 0; h < kv; h++)  /* the parts merged: each weighted by e^(its maximum - the overall one) */
         for (int i = 0; i < g; i++) {

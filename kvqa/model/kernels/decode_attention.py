@@ -43,11 +43,11 @@ class DecodeAttention:
 
     def takes(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
         """Whether run() reads these as they are laid out: one sequence on the CPU, a float32 query, keys and values
-        float32 or bfloat16 alike, each key and value a contiguous row, a head size that is a multiple of 16."""
+        float32, bfloat16 or int8 alike, each key and value a contiguous row, a head size that is a multiple of 16."""
         b, kv, group, d = query.shape
         return (self.run is not None and b == 1 and query.device.type == keys.device.type == "cpu"
                 and query.dtype == torch.float32 and keys.dtype == values.dtype
-                and keys.dtype in (torch.float32, torch.bfloat16) and keys.shape == values.shape
+                and keys.dtype in HELD and keys.shape == values.shape
                 and keys.shape[:2] == (1, kv) and keys.shape[3] == d and keys.shape[2] > 0
                 and group <= self.max_group and d <= self.max_dim and d % 16 == 0
                 and keys.stride()[1:] == values.stride()[1:] and keys.stride(3) == 1 and keys.stride(2) == d)
@@ -57,14 +57,18 @@ class DecodeAttention:
 
 
 SDPA = DecodeAttention("PyTorch's SDPA")
+HELD = {torch.float32: 0, torch.bfloat16: 1, torch.int8: 2}  # what the kernel reads, as decode_attention.c numbers it
 
 
 def attend_one(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
     """One token's attention, its query heads folded into their key/value head's group: query (1, KV, G, D), keys
-    and values (1, KV, S, D) in the cache's dtype -> (1, KV, G, D) in the query's dtype."""
+    and values (1, KV, S, D) in the cache's dtype (int8: the integers themselves, their scales the caller's) ->
+    (1, KV, G, D) in the query's dtype."""
     kernel = choose_decode_attention()
     if kernel.takes(query, keys, values):
         return kernel.run(query, keys, values, scale)
+    if keys.dtype == torch.int8:  # SDPA takes no integers: widened
+        keys, values = keys.to(query.dtype), values.to(query.dtype)
     return F.scaled_dot_product_attention(query.to(keys.dtype), keys, values, scale=scale).to(query.dtype)
 
 
@@ -84,7 +88,7 @@ def load(path: Path) -> DecodeAttention:
         _, kv, g, d = query.shape
         out = torch.empty_like(query)
         failed = attend(query.data_ptr(), keys.data_ptr(), values.data_ptr(), keys.stride(1), keys.shape[2], kv, g,
-                        d, scale, int(keys.dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads())
+                        d, scale, HELD[keys.dtype], out.data_ptr(), torch.get_num_threads())
         if failed:
             raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
         return out

@@ -9,8 +9,11 @@
  * and v) is added after its product, one float32 sum an element, as the forward's `y + bias`.
  * What this file computes itself is what PyTorch computed between them, operation by operation in the same roundings:
  * the rotation q * cos + roll(q, D / 2) * sin (two products, then their sum: built with -ffp-contract=off, so no fused
- * multiply-add merges them), the keys and values written into the cache (float32, or bfloat16 rounded to nearest even
- * as PyTorch rounds), the residual sums. The activation (silu(gate) * up) stays PyTorch's, between the two calls. */
+ * multiply-add merges them), the keys and values written into the cache (float32, bfloat16 rounded to nearest even
+ * as PyTorch rounds, or int8: divided by their channel's scale and rounded to nearest even, as kvqa.model.kv_cache's
+ * to_int8), an int8 cache's query times the keys' scales and output times the values' (as _BufferLayer.attend), the
+ * residual sums. The activation (silu(gate) * up) stays PyTorch's, between the two calls. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -21,7 +24,7 @@ typedef void (*int4_fn)(const float *x, const uint8_t *nibbles, const uint16_t *
 typedef void (*norm_fn)(const float *x, const float *weight, float *out, int64_t M, int64_t K, float eps,
                         int threads);
 typedef int (*attention_fn)(const float *query, const void *keys, const void *values, int64_t head_stride,
-                            int64_t S, int kv, int group, int D, float scale, int bf16, float *out, int threads);
+                            int64_t S, int kv, int group, int D, float scale, int held, float *out, int threads);
 
 struct matrix {  /* int8 rows (n, k) times bfloat16 scales, one per run of `run` weights of a row */
     const int8_t *rows;
@@ -41,7 +44,7 @@ struct layer {
 struct model {
     int64_t hidden, heads, kv_heads, dim, inter;
     float scaling;
-    int bf16;  /* the cache holds bfloat16 (else float32) */
+    int held;  /* what the cache holds: float32 (0), bfloat16 (1), int8 with a scale per channel (2) */
     matmul_fn matmul;
     int4_fn int4;  /* NULL where no layer has a 4-bit form */
     norm_fn norm;
@@ -69,6 +72,11 @@ static void product(const struct model *m, const struct matrix *w, const float *
         for (int64_t i = 0; i < w->n; i++) y[i] = y[i] + w->bias[i];
 }
 
+static int8_t to_int8(float f, float scale) {  /* f / scale rounded to nearest even, clamped to +-127 */
+    float q = nearbyintf(f / scale);
+    return (int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+}
+
 static uint16_t to_bfloat16(float f) {  /* round to nearest even, as PyTorch's conversion (NaN: its quiet NaN) */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -92,10 +100,11 @@ static void rotate(float *t, int64_t heads, int64_t D, const float *cos, const f
 
 /* The layer's attention half: x += o(attention(rotated q, the cache with this token's k and v)); then
  * gate|up = gate_up(post_norm(x)) for the caller's activation. keys and values: the layer's cache buffers,
- * (KV, capacity, D), head_stride elements between heads; the token goes at `position`. Returns non-zero where the
- * attention could not allocate its scratch. */
+ * (KV, capacity, D), head_stride elements between heads, with an int8 cache's scales (KV, D) for each (else NULL);
+ * the token goes at `position`. Returns non-zero where the attention could not allocate its scratch. */
 int kvqa_llama_attention(const struct model *m, int64_t index, float *scratch, int64_t position, const float *cos,
-                         const float *sin, void *keys, void *values, int64_t head_stride, int threads) {
+                         const float *sin, void *keys, void *values, int64_t head_stride, const float *key_scales,
+                         const float *value_scales, int threads) {
     const struct layer *l = &m->layers[index];
     int64_t D = m->dim, KV = m->kv_heads, Hq = m->heads;
     float *x = scratch + X(m), *h = scratch + H(m), *qkv = scratch + QKV(m), *out = scratch + OUT(m);
@@ -105,7 +114,12 @@ int kvqa_llama_attention(const struct model *m, int64_t index, float *scratch, i
     const float *k = qkv + Hq * D, *v = k + KV * D;
     for (int64_t j = 0; j < KV; j++) {
         int64_t at = j * head_stride + position * D;
-        if (m->bf16) {
+        if (m->held == 2) {
+            for (int64_t i = 0; i < D; i++) {
+                ((int8_t *)keys)[at + i] = to_int8(k[j * D + i], key_scales[j * D + i]);
+                ((int8_t *)values)[at + i] = to_int8(v[j * D + i], value_scales[j * D + i]);
+            }
+        } else if (m->held == 1) {
             for (int64_t i = 0; i < D; i++) {
                 ((uint16_t *)keys)[at + i] = to_bfloat16(k[j * D + i]);
                 ((uint16_t *)values)[at + i] = to_bfloat16(v[j * D + i]);
@@ -115,9 +129,14 @@ int kvqa_llama_attention(const struct model *m, int64_t index, float *scratch, i
             memcpy((float *)values + at, v + j * D, D * sizeof(float));
         }
     }
-    if (m->attend(qkv, keys, values, head_stride, position + 1, (int)KV, (int)(Hq / KV), (int)D, m->scaling, m->bf16,
+    int64_t group = Hq / KV;
+    if (m->held == 2)  /* each query head times its key/value head's key scales */
+        for (int64_t i = 0; i < Hq * D; i++) qkv[i] = qkv[i] * key_scales[(i / (group * D)) * D + i % D];
+    if (m->attend(qkv, keys, values, head_stride, position + 1, (int)KV, (int)group, (int)D, m->scaling, m->held,
                   out, threads))
         return 1;
+    if (m->held == 2)
+        for (int64_t i = 0; i < Hq * D; i++) out[i] = out[i] * value_scales[(i / (group * D)) * D + i % D];
     product(m, &l->o, out, h, threads);
     for (int64_t i = 0; i < m->hidden; i++) x[i] = x[i] + h[i];
     m->norm(x, l->post_norm, h, 1, m->hidden, l->post_eps, threads);

@@ -6,7 +6,7 @@ The C code calls the int8 product (or the 4-bit one for a layer that has that fo
 decode attention through the addresses of the functions the model's forward calls, adds the biases, and computes the
 rotation, the cache writes and the residual sums in PyTorch's roundings: the logits and the cache are the forward's bit
 for bit (tests/test_llama_layer.py, test_qwen.py, test_int4.py). `layers_in_c` says None where that cannot hold
-(float32 weights, torch's kernels, a cache in another dtype): the step then runs its Python loop.
+(float32 weights, torch's kernels, a cache in another dtype than the model's): the step then runs its Python loop.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from kvqa.model.kernels.decode_attention import choose_decode_attention
+from kvqa.model.kernels.decode_attention import HELD, choose_decode_attention
 from kvqa.model.kernels.int4_kernel import takes
 from kvqa.model.kernels.native import built_or
 
@@ -41,7 +41,7 @@ class Layer(ctypes.Structure):
 
 class Model(ctypes.Structure):
     _fields_ = [("hidden", c_int64), ("heads", c_int64), ("kv_heads", c_int64), ("dim", c_int64),
-                ("inter", c_int64), ("scaling", c_float), ("bf16", c_int), ("matmul", c_void_p), ("int4", c_void_p),
+                ("inter", c_int64), ("scaling", c_float), ("held", c_int), ("matmul", c_void_p), ("int4", c_void_p),
                 ("norm", c_void_p), ("attend", c_void_p), ("layers", POINTER(Layer))]
 
 
@@ -49,7 +49,7 @@ def load(path: Path):
     """The library build() made, its two functions typed."""
     library = ctypes.CDLL(str(path))
     library.kvqa_llama_attention.argtypes = [c_void_p, c_int64, c_void_p, c_int64, c_void_p, c_void_p, c_void_p,
-                                             c_void_p, c_int64, c_int]
+                                             c_void_p, c_int64, c_void_p, c_void_p, c_int]
     library.kvqa_llama_attention.restype = c_int
     library.kvqa_llama_mlp_out.argtypes = [c_void_p, c_int64, c_void_p, c_int]
     library.kvqa_llama_mlp_out.restype = None
@@ -123,8 +123,9 @@ class CLayers:
         at, threads, base = self.address, torch.get_num_threads(), scratch.data_ptr()
         attention, mlp_out = self.library.kvqa_llama_attention, self.library.kvqa_llama_mlp_out
         for i, (held, act_fn) in enumerate(zip(cache.layers, self.act_fns)):
-            keys, values, stride = held.addresses(self.cache_dtype)
-            if attention(at, i, base, position, cos.data_ptr(), sin.data_ptr(), keys, values, stride, threads):
+            keys, values, stride, key_scales, value_scales = held.addresses(self.cache_dtype)
+            if attention(at, i, base, position, cos.data_ptr(), sin.data_ptr(), keys, values, stride, key_scales,
+                         value_scales, threads):
                 raise MemoryError("kvqa's decode attention could not allocate its scratch memory")
             torch.mul(act_fn(gate), up, out=act)  # PyTorch's activation, as the forward's
             mlp_out(at, i, base, threads)
@@ -138,7 +139,7 @@ def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: i
     on one kvqa kernel, norms not kvqa's, an attention kvqa's kernel does not take, or no build."""
     attention = choose_decode_attention()
     if (attention.address is None or heads % kv_heads or heads // kv_heads > attention.max_group
-            or dim > attention.max_dim or dim % 16 or kv_dtype not in (torch.float32, torch.bfloat16)):
+            or dim > attention.max_dim or dim % 16 or kv_dtype not in HELD):
         return None
     layers, matmuls, int4s, norm_kernels, keep = [], set(), set(), set(), []
     for layer, fused_qkv, fused_gate_up in zip(model.model.layers, qkv, gate_up):
@@ -158,6 +159,6 @@ def layers_in_c(model, qkv: list, gate_up: list, kv_dtype: torch.dtype, heads: i
         return None
     config, table = model.config, (Layer * len(layers))(*layers)
     c_model = Model(config.hidden_size, heads, kv_heads, dim, config.intermediate_size,
-                    float(model.model.layers[0].self_attn.scaling), int(kv_dtype == torch.bfloat16), matmuls.pop(),
+                    float(model.model.layers[0].self_attn.scaling), HELD[kv_dtype], matmuls.pop(),
                     next(iter(int4s), None), norm_kernels.pop(), attention.address, table)
     return CLayers(built, c_model, table, [layer.mlp.act_fn.forward for layer in model.model.layers], keep, kv_dtype)
