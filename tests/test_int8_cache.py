@@ -107,13 +107,18 @@ def test_the_c_loop_writes_and_reads_an_int8_cache_as_the_python_step_bit_for_bi
 
 
 def test_the_step_decodes_as_the_forward_does_on_an_int8_cache(lm8):
-    """The forward reads the keys widened, the step reads them as held (the query times the scales): the same
-    attention up to float32 rounding, the same tokens, the same integers written."""
+    """The forward reads the keys widened (to its cache dtype: bfloat16 where long products run in bfloat16), the step
+    reads them as held (the query times the scales): the same attention up to that rounding, the integers written
+    at most a step apart."""
     (step_logits, step_cache), (forward_logits, forward_cache) = steps_both_ways(lm8, prompt_tokens=45, steps=8)
-    assert all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(step_logits, forward_logits))
-    assert [int(a.argmax()) for a in step_logits] == [int(b.argmax()) for b in forward_logits]
-    differing = sum(int((k != k0).sum()) for (k, _), (k0, _) in zip(step_cache, forward_cache))
-    assert differing <= 2  # a key on a rounding boundary may land one step apart
+    in_float32 = lm8.kv_scales[0].widened == torch.float32
+    tolerance = 1e-4 if in_float32 else 0.15  # bfloat16 keeps 8 bits: a logit of about 7 moves by a few hundredths
+    assert all(torch.allclose(a, b, atol=tolerance, rtol=tolerance) for a, b in zip(step_logits, forward_logits))
+    if in_float32:
+        assert [int(a.argmax()) for a in step_logits] == [int(b.argmax()) for b in forward_logits]
+    for (k, v), (k0, v0) in zip(step_cache, forward_cache):
+        assert (k.int() - k0.int()).abs().max() <= 1 and (v.int() - v0.int()).abs().max() <= 1
+        assert (k != k0).float().mean() < 0.05  # the prompt's 45 the same, the 8 steps' a few apart
 
 
 @pytest.mark.parametrize("draft", [0, 6])

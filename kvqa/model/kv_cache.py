@@ -27,13 +27,15 @@ from kvqa.model.kernels.decode_attention import attend_one
 @dataclass(frozen=True)
 class Int8Scales:
     """One layer's int8 scales: keys' and values' (1, kv_heads, 1, head_dim), float32; an element held as q stands
-    for q x its channel's scale."""
+    for q x its channel's scale. `widened`: what a forward over many tokens reads them as (read()): the dtype the
+    model's cache would hold otherwise (bfloat16 where its long products and attention run in bfloat16)."""
 
     keys: torch.Tensor
     values: torch.Tensor
+    widened: torch.dtype = torch.float32
 
     def to(self, device: torch.device) -> Int8Scales:
-        return Int8Scales(self.keys.to(device), self.values.to(device))
+        return Int8Scales(self.keys.to(device), self.values.to(device), self.widened)
 
 
 def to_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -56,6 +58,9 @@ class _BufferLayer(DynamicLayer):
         self.capacity = capacity
         self.dtype = dtype  # what the buffers hold; None: the first keys' dtype
         self.scales = scales
+        # read() widens int8 in one pass: times the scales in the widened dtype (int8 and bfloat16 make bfloat16)
+        self._widening = None if scales is None else (scales.keys.to(scales.widened),
+                                                      scales.values.to(scales.widened))
         self.length = 0
         self.window = window
         self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
@@ -107,11 +112,12 @@ class _BufferLayer(DynamicLayer):
         return self.key_buffer[:, :, start: end], self.value_buffer[:, :, start: end]
 
     def read(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys and values of positions start.. end - 1: views, or int8 widened to float32 by its scales."""
+        """The keys and values of positions start.. end - 1: views, or int8 widened by its scales (Int8Scales.widened;
+        the product of the integer and the scale, rounded to that dtype)."""
         keys, values = self.held(start, end)
-        if self.scales is None:
+        if self._widening is None:
             return keys, values
-        return keys.float() * self.scales.keys, values.float() * self.scales.values
+        return keys * self._widening[0], values * self._widening[1]
 
     def attend(self, query: torch.Tensor, end: int, scale: float) -> torch.Tensor:
         """One token's attention over what the token at position end - 1 sees (visible()): query (1, KV, G, D) ->
@@ -269,6 +275,7 @@ class KVCache(Cache):
             layer.to(torch.device(device))
             if layer.scales is not None:
                 layer.scales = layer.scales.to(torch.device(device))
+                layer._widening = tuple(t.to(torch.device(device)) for t in layer._widening)
         self._static = None  # its tensors were on the old device
         return self
 

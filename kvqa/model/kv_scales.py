@@ -75,6 +75,7 @@ def digest(scales: list[Int8Scales]) -> str:
 
     sha = hashlib.sha256()
     for s in scales:
+        sha.update(str(s.widened).encode())
         sha.update(s.keys.contiguous().numpy().tobytes())
         sha.update(s.values.contiguous().numpy().tobytes())
     return sha.hexdigest()[:16]

@@ -184,7 +184,9 @@ def choose_kv_cache(name: str, *, model: str, weights: str, device: torch.device
 
 
 def with_int8_cache(lm: LoadedModel, scales: list[Int8Scales]) -> LoadedModel:
-    """The model with its cache in int8 by these scales: its written-out step (and C loop) built for that form."""
+    """The model with its cache in int8 by these scales, widened to read as its cache dtype was (bfloat16 where its
+    long products attend in bfloat16): its written-out step (and C loop) built for that form."""
+    scales = [replace(s, widened=lm.kv_dtype) for s in scales]
     lm.model.config.kvqa_cache_dtype = "int8"  # cache_dtype() reads it
     return replace(lm, kv_dtype=torch.int8, kv_scales=scales, step=written_out_step(lm.model, lm.device))
 
