@@ -203,3 +203,54 @@ def test_auto_holds_the_offline_models_int8_weights_cache_in_int8_on_a_cpu():
     with pytest.raises(ModelError) as refused:
         choose_kv_cache("int4", model="x", weights="int8", device=cpu, compiled=False)
     assert "auto, int8 or model" in str(refused.value)
+
+
+def test_a_sliding_window_layer_attends_its_window_of_int8_as_held(default_lm):
+    """Gemma 3's step on an int8 cache past its 16-position window: each sliding layer reads only its window, the
+    same attention as the forward (which reads the window widened) up to rounding, the same greedy tokens; the cached
+    answer bit for bit its recompute in the same chunks."""
+    from test_llama_step import tiny_gemma
+
+    lm = tiny_gemma(default_lm.tokenizer)
+    lm = with_int8_cache(lm, scales_from(measure_peaks(lm.model, lm.tokenizer(TEXT)["input_ids"][:200])))
+    assert type(lm.step).__name__ == "GemmaStep" and lm.kv_dtype == torch.int8
+    (step_logits, step_cache), (forward_logits, _) = steps_both_ways(lm, prompt_tokens=40, steps=12)
+    assert all(torch.allclose(a, b, atol=1e-4, rtol=1e-4) for a, b in zip(step_logits, forward_logits))
+    assert step_cache[0][0].dtype == torch.int8 and step_cache[0][0].shape[2] == 52  # every position kept
+    layer = lm.new_cache(60).layers[0]  # a sliding layer
+    keys = torch.randn(1, 2, 30, 32)
+    layer.lazy_initialization(keys, keys)
+    layer.write(0, keys, keys)
+    layer.length = 30
+    query = torch.randn(1, 2, 2, 32)
+    held_keys, held_values = layer.held(14, 30)  # its window: the last 16 positions
+    expected = attend_one(query * layer.scales.keys, held_keys, held_values, 32 ** -0.5) * layer.scales.values
+    assert layer.window == 16 and torch.equal(layer.attend(query, 30, 32 ** -0.5), expected)
+    config = kvqa.Config.of(chunk_size=64, max_new_tokens=16)
+    document = kvqa.document_from_text(TEXT[:600])
+    doc = kvqa.prefill(lm, document, config=config)
+    cached = kvqa.answer(lm, doc, QUESTIONS[1])
+    again = kvqa.answer_without_cache(lm, document, QUESTIONS[1], config=config, prompt=doc.prompt, same_schedule=True)
+    assert cached.token_ids == again.token_ids
+
+
+def test_int8_parts_compose_to_the_same_integers_their_keys_moved(lm8):
+    """Composing reads the runs widened and writes them back: the first part's integers and the second's values come
+    back the same (a bfloat16 widening is within half a step of the integer), the second's keys moved by their
+    rotation, within a step of the moved keys rounded."""
+    from kvqa.generation.compose import compose_reads, edges, shift_keys
+    from test_compose import FIRST, SECOND
+
+    a = kvqa.prefill(lm8, kvqa.document_from_text(FIRST, name="a.txt"))
+    b = kvqa.prefill(lm8, kvqa.document_from_text(SECOND, name="b.txt"))
+    both = compose_reads(lm8, [a, b], kvqa.document_from_text(FIRST + "\n\n" + SECOND, name="ab.txt"))
+    head, tail = edges(a.prompt)
+    body_a, body_b = len(a.ids) - head - tail, len(b.ids) - head - tail
+    first, moved = slice(0, head + body_a), slice(head + body_a, head + body_a + body_b)
+    for (ka, va), (kb, vb), (kc, vc), scales in zip(a.cache.tensors(), b.cache.tensors(), both.cache.tensors(),
+                                                    lm8.kv_scales):
+        assert kc.dtype == torch.int8
+        assert torch.equal(kc[:, :, first], ka[:, :, first]) and torch.equal(vc[:, :, first], va[:, :, first])
+        assert torch.equal(vc[:, :, moved], vb[:, :, head: head + body_b])
+        shifted = shift_keys(lm8, kb[:, :, head: head + body_b].float() * scales.keys, body_a)
+        assert (kc[:, :, moved].int() - to_int8(shifted, scales.keys).int()).abs().max() <= 1
