@@ -1,8 +1,8 @@
 """A conversation to keep: one JSON structure for `kvqa ask --json`, the app's download and the API's /export, and
 the same as Markdown for people.
 
-{"model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document": {"name", "pages", "chars"},
- "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts": [{"unit", "first", "last",
+{"model", "engine", "dtype", "weights", "kv_cache", "exact_vs_recompute", "guarantee",
+ "document": {"name", "pages", "chars"}, "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts": [{"unit", "first", "last",
  "tokens"}], "answers": [{"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s",
  "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"}, "also": {"unit",
  "first", "last"} or null}]}
@@ -82,7 +82,7 @@ def session_dict(session) -> dict:
     info, doc, source = session.engine.info, session.prefilled, session.whole
     return {
         "format": FORMAT, "model": info.model, "engine": info.kind, "dtype": info.dtype,
-        "weights": info.weights,
+        "weights": info.weights, "kv_cache": info.kv_cache or info.dtype,  # what the cache holds: int8, or the dtype
         "exact_vs_recompute": info.exact_vs_recompute, "guarantee": str(info.guarantee),
         "document": document_dict(source),
         "context_tokens": doc.tokens if doc else 0, "prefill_s": doc.prefill_s if doc else 0.0,

@@ -31,8 +31,8 @@ def test_json_answers_with_and_without_cache_agree(doc_path, default_lm):
     cached = kvqa("ask", str(doc_path), *questions, "--max-new-tokens", "20", "--json")
     assert cached.returncode == 0, cached.stderr
     result = json.loads(cached.stdout)  # exactly one JSON object on stdout
-    assert set(result) == {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee",
-                           "document", "context_tokens",
+    assert set(result) == {"format", "model", "engine", "dtype", "weights", "kv_cache", "exact_vs_recompute",
+                           "guarantee", "document", "context_tokens",
                            "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
     assert result["parts"] == [{"unit": "characters", "first": 1, "last": len(DOC), "tokens": result["context_tokens"]}]
     assert result["model"] == "SmolLM2-135M-Instruct" and result["context_tokens"] > 20

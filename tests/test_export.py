@@ -17,7 +17,7 @@ from kvqa.documents.reading import Document, document_from_text
 from kvqa.export import from_json, session_dict, to_json, to_markdown
 from kvqa.ui.export import on_export
 
-CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "exact_vs_recompute", "guarantee", "document",
+CLI_KEYS = {"format", "model", "engine", "dtype", "weights", "kv_cache", "exact_vs_recompute", "guarantee", "document",
             "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts", "answers"}
 ANSWER_KEYS = {"question", "answer", "short", "question_tokens", "new_tokens", "ttft_s", "answer_s", "stop_reason",
                "sources", "unsupported", "unquoted", "part", "also",

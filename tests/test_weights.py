@@ -413,4 +413,5 @@ def test_kvqa_ask_runs_int8_by_default_on_a_cpu(tmp_path):
     shipped = choose_weights("auto", torch.device("cpu"), torch.float32, model=kvqa.config.DEFAULT_MODEL)  # int8 here
     assert conversation["weights"] == shipped and conversation["dtype"] == "float32"
     assert ("int8" in conversation["guarantee"]) == (shipped == "int8")
+    assert conversation["kv_cache"] == ("int8" if shipped == "int8" else "float32")  # the offline model's int8 cache
     assert "pelican" in conversation["answers"][0]["answer"].lower()
