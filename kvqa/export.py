@@ -2,10 +2,10 @@
 the same as Markdown for people.
 
 {"model", "engine", "dtype", "weights", "kv_cache", "exact_vs_recompute", "guarantee",
- "document": {"name", "pages", "chars"}, "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source", "parts": [{"unit", "first", "last",
- "tokens"}], "answers": [{"question", "answer", "question_tokens", "new_tokens", "ttft_s", "answer_s",
- "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"}, "also": {"unit",
- "first", "last"} or null}]}
+ "document": {"name", "pages", "chars"}, "context_tokens", "prefill_s", "read_s", "cache_bytes", "cache_source",
+ "parts": [{"unit", "first", "last", "tokens"}], "answers": [{"question", "answer", "question_tokens", "new_tokens",
+ "ttft_s", "answer_s", "stop_reason", "sources": [source_dict...], "unsupported", "part": {"unit", "first", "last"},
+ "also": {"unit", "first", "last"} or null}]}
 ("also": another part of a long document that matched the question too, where the answer may be instead.)
 """
 
