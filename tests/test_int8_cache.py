@@ -49,6 +49,7 @@ def test_values_are_held_as_rounded_multiples_of_their_channels_scale():
     keys_read, values_read = layer.read(0, 2)
     assert torch.equal(keys_read, held_keys.float() * scales.keys)
     assert torch.equal(values_read, held_values.float() * scales.values)
+    assert torch.equal(layer.keys, keys_read) and torch.equal(layer.values, values_read)  # the filled part, widened
 
 
 def new_cache_of(scales: Int8Scales, capacity: int) -> KVCache:

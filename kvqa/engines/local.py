@@ -52,14 +52,15 @@ class LocalEngine:
     def info(self) -> EngineInfo:
         lm = self.lm
         dtype = str(lm.dtype).removeprefix("torch.")
+        held = "int8" if lm.kv_scales is not None else ""  # the cache's form where not the dtype
         return EngineInfo(kind=self.kind, model=lm.name, device=lm.device.type, dtype=dtype,
                           context_tokens=lm.context_length, load_s=lm.load_s,
                           cache_device=lm.device.type,
                           exact_vs_recompute=dtype == "float32" and lm.weights == "fp32" and lm.decode_step is None,
                           guarantee=guarantee(dtype, compiled=lm.decode_step is not None, weights=lm.weights,
-                                              kv_cache="int8" if lm.kv_scales is not None else "model"),
+                                              kv_cache=held or "model"),
                           weights=lm.weights, weight_bytes=lm.weight_bytes, composes=composable(lm),
-                          kv_cache="int8" if lm.kv_scales is not None else "")
+                          kv_cache=held)
 
     def prefill(self, document: Document, *, progress=None, admit=None) -> PrefilledDocument:
         return prefill(self.lm, document, config=self.config, progress=progress, admit=admit)

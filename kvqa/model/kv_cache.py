@@ -16,6 +16,7 @@ keys and values widened (read()).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer, StaticLayer, get_layer_types_and_kwargs
@@ -36,6 +37,12 @@ class Int8Scales:
 
     def to(self, device: torch.device) -> Int8Scales:
         return Int8Scales(self.keys.to(device), self.values.to(device), self.widened)
+
+    @cached_property
+    def widening(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys' and values' scales in the widened dtype: read() widens int8 in one pass, the integers times
+        these (int8 and bfloat16 make bfloat16). Made once per model, not per cache."""
+        return self.keys.to(self.widened), self.values.to(self.widened)
 
 
 def to_int8(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -58,9 +65,6 @@ class _BufferLayer(DynamicLayer):
         self.capacity = capacity
         self.dtype = dtype  # what the buffers hold; None: the first keys' dtype
         self.scales = scales
-        # read() widens int8 in one pass: times the scales in the widened dtype (int8 and bfloat16 make bfloat16)
-        self._widening = None if scales is None else (scales.keys.to(scales.widened),
-                                                      scales.values.to(scales.widened))
         self.length = 0
         self.window = window
         self.is_sliding = window is not None  # read by transformers' masks: which layer sizes the sliding mask
@@ -78,11 +82,11 @@ class _BufferLayer(DynamicLayer):
     # millisecond a token)
     @property
     def keys(self) -> torch.Tensor | None:
-        return self.read(0, self.length)[0] if self.is_initialized else None
+        return self._widened(self.key_buffer[:, :, : self.length], 0) if self.is_initialized else None
 
     @property
     def values(self) -> torch.Tensor | None:
-        return self.read(0, self.length)[1] if self.is_initialized else None
+        return self._widened(self.value_buffer[:, :, : self.length], 1) if self.is_initialized else None
 
     @keys.setter
     def keys(self, tensor: None) -> None:  # transformers' layer sets None as it starts; nothing else is taken
@@ -115,9 +119,11 @@ class _BufferLayer(DynamicLayer):
         """The keys and values of positions start.. end - 1: views, or int8 widened by its scales (Int8Scales.widened;
         the product of the integer and the scale, rounded to that dtype)."""
         keys, values = self.held(start, end)
-        if self._widening is None:
-            return keys, values
-        return keys * self._widening[0], values * self._widening[1]
+        return self._widened(keys, 0), self._widened(values, 1)
+
+    def _widened(self, held: torch.Tensor, part: int) -> torch.Tensor:
+        """Keys (part 0) or values (1) as held: themselves, or int8 times their scales (Int8Scales.widening)."""
+        return held if self.scales is None else held * self.scales.widening[part]
 
     def attend(self, query: torch.Tensor, end: int, scale: float) -> torch.Tensor:
         """One token's attention over what the token at position end - 1 sees (visible()): query (1, KV, G, D) ->
@@ -193,6 +199,8 @@ class _BufferLayer(DynamicLayer):
             self.value_buffer[:, :, : self.length].copy_(filled_values)
 
     def to(self, device: torch.device) -> None:
+        if self.scales is not None:
+            self.scales = self.scales.to(device)
         if self.is_initialized:
             self.key_buffer = self.key_buffer.to(device)
             self.value_buffer = self.value_buffer.to(device)
@@ -273,9 +281,6 @@ class KVCache(Cache):
         """Move the buffers to `device` in place (ZeroGPU keeps caches on the CPU between calls)."""
         for layer in self.layers:
             layer.to(torch.device(device))
-            if layer.scales is not None:
-                layer.scales = layer.scales.to(torch.device(device))
-                layer._widening = tuple(t.to(torch.device(device)) for t in layer._widening)
         self._static = None  # its tensors were on the old device
         return self
 
@@ -335,9 +340,8 @@ def cache_from_tensors(model_config, tensors: list[tuple[torch.Tensor, torch.Ten
     values."""
     cache = new_cache(model_config, capacity, tensors[0][0].dtype if tensors else None, scales)
     assert len(tensors) == len(cache.layers), f"{len(tensors)} layers stored, the model has {len(cache.layers)}"
-    for layer, (keys, values) in zip(cache.layers, tensors):
-        if not layer.is_initialized:
-            layer.lazy_initialization(keys, values)
+    for layer, (keys, values) in zip(cache.layers, tensors):  # written as held (update() would widen them back)
+        layer.lazy_initialization(keys, values)
         layer.write(0, keys, values)
         layer.length = keys.shape[-2]
     return cache

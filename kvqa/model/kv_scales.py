@@ -17,6 +17,7 @@ head, keys and values: KL 0.013-0.030, top token the same 91-94%; per channel fr
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
@@ -71,8 +72,6 @@ def measured_scales(model, tokenizer, folder: Path | None) -> list[Int8Scales]:
 
 def digest(scales: list[Int8Scales]) -> str:
     """A short SHA-256 of the scales' bits: part of a stored cache's key (kvqa.cache.restore.cache_key)."""
-    import hashlib
-
     sha = hashlib.sha256()
     for s in scales:
         sha.update(str(s.widened).encode())
